@@ -1,0 +1,16 @@
+// The mxtrain subcommands. Each parses its own arguments (args[0] is the first argument
+// after the subcommand name), calls the library and returns the process exit code:
+// 0 on success, 2 for bad input (one line on stderr, nothing written).
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace mxtrain::cli {
+
+int RunQuantize(const std::vector<std::string>& args);
+int RunDequantize(const std::vector<std::string>& args);
+int RunBench(const std::vector<std::string>& args);
+int RunDemo(const std::vector<std::string>& args);
+
+}  // namespace mxtrain::cli

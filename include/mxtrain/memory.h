@@ -1,0 +1,63 @@
+// The tracking allocator: every tensor's storage comes from here, and every figure mxtrain
+// reports about memory is read from it (DESIGN.md "Memory accounting").
+//
+// Storage is reference-counted (std::shared_ptr), so a buffer held by several tensors is
+// counted once, for as long as any holder keeps it.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string_view>
+
+namespace mxtrain {
+
+enum class MemoryCategory : uint8_t {
+  kActivation,        // tensors a caller allocates (inputs, outputs)
+  kSavedForBackward,  // what a forward pass keeps for its backward pass
+  kQuantized,         // MX copies (data and scales) made by the quantizers
+  kWeightCache,       // quantized weights held by the weight-quant cache
+  kGradient,          // gradients and main_grad buffers
+  kWorkspace,         // scratch buffers of kernels
+};
+inline constexpr int kNumMemoryCategories = 6;
+std::string_view Name(MemoryCategory category);
+
+struct MemoryFigures {
+  int64_t live_bytes = 0;
+  int64_t peak_bytes = 0;
+};
+
+struct MemoryReport {
+  std::array<MemoryFigures, kNumMemoryCategories> by_category;
+  MemoryFigures total;
+};
+
+// A 64-byte aligned buffer whose bytes are counted under its category while it lives.
+class Storage {
+ public:
+  Storage(size_t bytes, MemoryCategory category);
+  ~Storage();
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+
+  void* data() const { return data_; }
+  size_t bytes() const { return bytes_; }
+  MemoryCategory category() const { return category_; }
+  // Moves the bytes to another category (a buffer changes role, e.g. an activation that
+  // becomes saved for backward).
+  void Recategorize(MemoryCategory category);
+
+ private:
+  void* data_;
+  size_t bytes_;
+  MemoryCategory category_;
+};
+
+// Current figures. Peaks are since the start of the process or the last ResetMemoryPeaks.
+MemoryReport ReadMemory();
+// Sets every peak to the current live figure.
+void ResetMemoryPeaks();
+
+}  // namespace mxtrain

@@ -1,0 +1,57 @@
+// MXFP8 quantization and dequantization (NUMERICS.md §3-6).
+//
+// Inputs are fp32 or bf16 tensors of rank >= 2, viewed as [..., M, K]. Every function here
+// runs the fastest SIMD target the machine supports (simd.h), multi-threaded with OpenMP,
+// and is bit-identical to the scalar reference in namespace mxtrain::ref.
+//
+//   MxTensor xr = QuantizeRowwise(x, {});           // blocks of 32 along K
+//   MxTensor xc = QuantizeColumnwise(x, {});        // blocks of 32 along M
+//   auto [r, c] = QuantizeDual(x, {});              // both, one pass over x
+//   MxTensor xg = QuantizeGrouped(x, groups, {});   // columnwise, blocks restart per group
+//   Tensor y = Dequantize(xr, DType::kF32);
+#pragma once
+
+#include "mxtrain/group_list.h"
+#include "mxtrain/mx_tensor.h"
+#include "mxtrain/tensor.h"
+
+namespace mxtrain {
+
+struct QuantizeOptions {
+  ElementFormat format = ElementFormat::kE4M3;
+  ScaleRule rule = ScaleRule::kRceil;
+  int threads = 0;  // 0: OpenMP's default (all cores)
+  MemoryCategory category = MemoryCategory::kQuantized;  // where the outputs are counted
+};
+
+struct DualMx {
+  MxTensor rowwise;
+  MxTensor columnwise;
+};
+
+MxTensor QuantizeRowwise(const Tensor& x, const QuantizeOptions& options);
+MxTensor QuantizeColumnwise(const Tensor& x, const QuantizeOptions& options);
+// Rowwise and columnwise copies from one read of x; each equals the single-axis result.
+DualMx QuantizeDual(const Tensor& x, const QuantizeOptions& options);
+// Token-grouped columnwise for mixture-of-experts: x is 2-D [M, K], groups cover M; every
+// group is blocked from its own first row, empty groups add no scale rows.
+MxTensor QuantizeGrouped(const Tensor& x, const GroupList& groups, const QuantizeOptions& options);
+
+// Elements times their block scale, as fp32 or bf16 (rounded to nearest even); a block with
+// scale 0xFF reads back as NaN. out_dtype must be kF32 or kBF16.
+Tensor Dequantize(const MxTensor& q, DType out_dtype = DType::kF32, int threads = 0);
+
+// The scalar reference: plain loops over NUMERICS.md, single-threaded. The oracle for the
+// fast paths, kept in the library so that tests, benchmarks and users can call it.
+namespace ref {
+MxTensor QuantizeRowwise(const Tensor& x, const QuantizeOptions& options);
+MxTensor QuantizeColumnwise(const Tensor& x, const QuantizeOptions& options);
+MxTensor QuantizeGrouped(const Tensor& x, const GroupList& groups, const QuantizeOptions& options);
+}  // namespace ref
+
+// Encodes n fp32 values to elements with the SIMD encoder of the current target (no scaling):
+// the element encoder the quantizers use, exposed so it can be checked against EncodeE4M3 /
+// EncodeE5M2 over every fp32 bit pattern.
+void EncodeElements(ElementFormat format, const float* in, uint8_t* out, size_t n);
+
+}  // namespace mxtrain

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs what mxtrain needs to build and test, from Debian's packages; skips whatever is
+# already installed. Run as root (or with sudo available). Idempotent.
+set -euo pipefail
+
+packages=(
+  build-essential  # g++ 12 (C++20)
+  cmake            # >= 3.25
+  ninja-build
+  libhwy-dev       # Google Highway: SIMD written once, dispatched at run time
+  libgtest-dev     # GoogleTest
+  libbenchmark-dev # Google Benchmark
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "setup: all packages present"
+  exit 0
+fi
+
+echo "setup: installing ${missing[*]}"
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"

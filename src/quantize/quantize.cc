@@ -1,0 +1,175 @@
+// The quantization drivers: validate, allocate the outputs, split the work over OpenMP
+// threads and hand each piece to the current target's kernels (kernels.h).
+#include "mxtrain/quantize.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "mxtrain/error.h"
+#include "quantize/kernels.h"
+
+namespace mxtrain {
+namespace {
+
+using internal::ColStrip;
+using internal::ColwiseOut;
+using internal::QuantKernels;
+using internal::QuantSource;
+using internal::RowwiseOut;
+
+// Columns per work item when a strip is split across threads: a multiple of the block (the
+// dual kernel quantizes whole row blocks) and of every vector width.
+constexpr int64_t kColumnChunkQuantum = 64;
+
+QuantSource SourceOf(const Tensor& x, const QuantizeOptions& options, const char* op) {
+  MXTRAIN_CHECK(x.defined(), op, ": input tensor is undefined");
+  MXTRAIN_CHECK(x.dtype() == DType::kF32 || x.dtype() == DType::kBF16, op,
+                ": input must be f32 or bf16, got ", Name(x.dtype()));
+  MXTRAIN_CHECK(x.rank() >= 2, op, ": input must have rank >= 2, got shape ",
+                x.shape().ToString());
+  const int64_t cols = x.shape()[-1];
+  int64_t flat_rows = 1;
+  for (int i = 0; i + 1 < x.rank(); ++i) flat_rows *= x.shape()[i];
+  return QuantSource{x.raw(), x.dtype() == DType::kBF16, flat_rows, cols, options.format,
+                     options.rule};
+}
+
+int ThreadCount(const QuantizeOptions& options) {
+  return options.threads > 0 ? options.threads : omp_get_max_threads();
+}
+
+// Columnwise blocks of a [rows, cols] source split into segments (groups, or the leading
+// batch index of [..., M, K]): one strip per 32 rows of a segment, then split by columns
+// when there are too few strips to keep every thread busy.
+std::vector<ColStrip> MakeStrips(const GroupList& segments, int64_t cols, int threads) {
+  std::vector<ColStrip> strips;
+  for (int g = 0; g < segments.num_groups(); ++g) {
+    int64_t scale_row = segments.ScaleRowBegin(g);
+    for (int64_t r = segments.begin(g); r < segments.end(g); r += kMxBlock) {
+      strips.push_back({r, std::min(kMxBlock, segments.end(g) - r), scale_row++, 0, cols});
+    }
+  }
+  const int64_t wanted = 4 * static_cast<int64_t>(threads);
+  const int64_t have = static_cast<int64_t>(strips.size());
+  if (have == 0 || have >= wanted || cols <= kColumnChunkQuantum) return strips;
+  const int64_t pieces = std::min(CeilDiv(wanted, have), CeilDiv(cols, kColumnChunkQuantum));
+  const int64_t chunk = CeilDiv(CeilDiv(cols, pieces), kColumnChunkQuantum) * kColumnChunkQuantum;
+  std::vector<ColStrip> split;
+  for (const ColStrip& s : strips) {
+    for (int64_t c = 0; c < cols; c += chunk) {
+      split.push_back({s.row0, s.num_rows, s.scale_row, c, std::min(cols, c + chunk)});
+    }
+  }
+  return split;
+}
+
+// Segments for a plain columnwise quantization of [..., M, K]: one per leading index.
+GroupList BatchSegments(const Shape& shape) {
+  int64_t batch = 1;
+  for (int i = 0; i + 2 < shape.rank(); ++i) batch *= shape[i];
+  if (batch == 0) return GroupList::Uniform(1, 0);
+  return GroupList::Uniform(batch, shape[-2]);
+}
+
+template <typename Fn>
+void ForEachStrip(const std::vector<ColStrip>& strips, int threads, Fn&& fn) {
+  const int64_t n = static_cast<int64_t>(strips.size());
+  if (n == 0) return;
+  int64_t width = 0;
+  for (const ColStrip& s : strips) width = std::max(width, s.col1 - s.col0);
+  const int used = static_cast<int>(std::min<int64_t>(threads, n));
+  // Per thread: the column amax (int32) and multipliers (fp32) of one strip.
+  const int64_t slot_bytes = 8 * std::max<int64_t>(width, 1);
+  Tensor workspace = Tensor::Empty(DType::kU8, {used, slot_bytes}, MemoryCategory::kWorkspace);
+#pragma omp parallel num_threads(used)
+  {
+    void* ws = workspace.data<uint8_t>() + omp_get_thread_num() * slot_bytes;
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < n; ++i) fn(strips[i], ws);
+  }
+}
+
+MxTensor MakeColumnwise(const Tensor& x, const QuantizeOptions& options,
+                        const GroupList& segments, std::optional<GroupList> groups) {
+  const QuantSource src = SourceOf(x, options, "columnwise quantize");
+  const Shape scale_shape = MxTensor::ScaleShape(x.shape(), BlockAxis::kColumnwise, groups);
+  Tensor data = Tensor::Empty(DType::kU8, x.shape(), options.category);
+  Tensor scales = Tensor::Empty(DType::kU8, scale_shape, options.category);
+  const QuantKernels& k = internal::CurrentQuantKernels();
+  const int threads = ThreadCount(options);
+  const ColwiseOut out{data.data<uint8_t>(), scales.data<uint8_t>()};
+  ForEachStrip(MakeStrips(segments, src.cols, threads), threads,
+               [&](const ColStrip& s, void* ws) { k.colwise(src, s, out, ws); });
+  return MxTensor(std::move(data), std::move(scales), options.format, options.rule,
+                  BlockAxis::kColumnwise, std::move(groups));
+}
+
+}  // namespace
+
+MxTensor QuantizeRowwise(const Tensor& x, const QuantizeOptions& options) {
+  const QuantSource src = SourceOf(x, options, "rowwise quantize");
+  Tensor data = Tensor::Empty(DType::kU8, x.shape(), options.category);
+  Tensor scales = Tensor::Empty(
+      DType::kU8, MxTensor::ScaleShape(x.shape(), BlockAxis::kRowwise, std::nullopt),
+      options.category);
+  const QuantKernels& k = internal::CurrentQuantKernels();
+  const RowwiseOut out{data.data<uint8_t>(), scales.data<uint8_t>()};
+  // Rows in chunks of at least 16 so that tiny tensors don't pay for a thread team.
+  const int64_t rows = src.rows;
+  const int threads = static_cast<int>(
+      std::clamp<int64_t>(rows * src.cols / (1 << 14), 1, ThreadCount(options)));
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (int64_t t = 0; t < threads; ++t) {
+    const int64_t r0 = rows * t / threads;
+    const int64_t r1 = rows * (t + 1) / threads;
+    if (r0 < r1) k.rowwise(src, r0, r1, out);
+  }
+  return MxTensor(std::move(data), std::move(scales), options.format, options.rule,
+                  BlockAxis::kRowwise);
+}
+
+MxTensor QuantizeColumnwise(const Tensor& x, const QuantizeOptions& options) {
+  SourceOf(x, options, "columnwise quantize");
+  return MakeColumnwise(x, options, BatchSegments(x.shape()), std::nullopt);
+}
+
+MxTensor QuantizeGrouped(const Tensor& x, const GroupList& groups,
+                         const QuantizeOptions& options) {
+  SourceOf(x, options, "grouped quantize");
+  MXTRAIN_CHECK(x.rank() == 2, "grouped quantize: input must be 2-D [M, K], got shape ",
+                x.shape().ToString());
+  MXTRAIN_CHECK(groups.num_groups() > 0 && groups.total_rows() == x.shape()[0],
+                "grouped quantize: group list covers ", groups.total_rows(),
+                " rows but M = ", x.shape()[0]);
+  return MakeColumnwise(x, options, groups, groups);
+}
+
+DualMx QuantizeDual(const Tensor& x, const QuantizeOptions& options) {
+  const QuantSource src = SourceOf(x, options, "dual quantize");
+  Tensor row_data = Tensor::Empty(DType::kU8, x.shape(), options.category);
+  Tensor row_scales = Tensor::Empty(
+      DType::kU8, MxTensor::ScaleShape(x.shape(), BlockAxis::kRowwise, std::nullopt),
+      options.category);
+  Tensor col_data = Tensor::Empty(DType::kU8, x.shape(), options.category);
+  Tensor col_scales = Tensor::Empty(
+      DType::kU8, MxTensor::ScaleShape(x.shape(), BlockAxis::kColumnwise, std::nullopt),
+      options.category);
+  const QuantKernels& k = internal::CurrentQuantKernels();
+  const int threads = ThreadCount(options);
+  const RowwiseOut row_out{row_data.data<uint8_t>(), row_scales.data<uint8_t>()};
+  const ColwiseOut col_out{col_data.data<uint8_t>(), col_scales.data<uint8_t>()};
+  ForEachStrip(MakeStrips(BatchSegments(x.shape()), src.cols, threads), threads,
+               [&](const ColStrip& s, void* ws) { k.dual(src, s, row_out, col_out, ws); });
+  return DualMx{MxTensor(std::move(row_data), std::move(row_scales), options.format,
+                         options.rule, BlockAxis::kRowwise),
+                MxTensor(std::move(col_data), std::move(col_scales), options.format,
+                         options.rule, BlockAxis::kColumnwise)};
+}
+
+void EncodeElements(ElementFormat format, const float* in, uint8_t* out, size_t n) {
+  internal::CurrentQuantKernels().encode(format, in, out, n);
+}
+
+}  // namespace mxtrain

@@ -1,0 +1,326 @@
+// The SIMD quantization kernels, written once over vector width with Google Highway and
+// compiled for every x86 target (AVX3 = AVX-512, AVX2, SSE4, SSSE3) plus the portable
+// SCALAR one; simd.h picks among them at run time.
+//
+// Bit-exactness with the scalar reference (minifloat.h) rests on three facts:
+// - scaling is the same fp32 multiply x * fl32(2^(127-b)) (NUMERICS.md §5);
+// - the vector encoder rounds normal values with integer arithmetic on the fp32 bits
+//   (add 2^(22-m) - 1 plus the lowest kept bit, then shift: round half to even) and
+//   subnormal ones by an fp32 add of 2^(23 + min_subnormal_exp), which puts the fp8
+//   subnormal step at one fp32 ulp, so the hardware's round-to-nearest-even does the
+//   rounding; this is checked against the reference over all 2^32 inputs;
+// - a NaN block gets the multiplier NaN, so every element of it encodes to 0x7F.
+// Partial blocks and column tails use the scalar encoder itself.
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "quantize/quantize_simd.cc"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+
+#include "quantize/kernels.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace mxtrain::internal {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+using DF = hn::ScalableTag<float>;
+using DI = hn::RebindToSigned<DF>;
+using DU = hn::RebindToUnsigned<DF>;
+using DU8 = hn::Rebind<uint8_t, DF>;
+using DU16 = hn::Rebind<uint16_t, DF>;
+using VF = hn::Vec<DF>;
+using VI = hn::Vec<DI>;
+
+constexpr int64_t kBlock = 32;
+
+template <bool kBf16>
+HWY_INLINE VF LoadF(const void* base, int64_t index) {
+  if constexpr (kBf16) {
+    const auto h = hn::LoadU(DU16(), static_cast<const uint16_t*>(base) + index);
+    return hn::BitCast(DF(), hn::ShiftLeft<16>(hn::PromoteTo(DU(), h)));
+  } else {
+    return hn::LoadU(DF(), static_cast<const float*>(base) + index);
+  }
+}
+
+// One element as fp32, for the scalar tails.
+template <bool kBf16>
+HWY_INLINE float LoadScalar(const void* base, int64_t index) {
+  if constexpr (kBf16) return Bf16ToF32(static_cast<const uint16_t*>(base)[index]);
+  return static_cast<const float*>(base)[index];
+}
+
+HWY_INLINE VI AbsBits(VF v) { return hn::And(hn::BitCast(DI(), v), hn::Set(DI(), 0x7FFFFFFF)); }
+
+// The element encoder of NUMERICS.md §1 on fp32 lanes; codes in the low byte of each lane.
+template <ElementFormat kFormat>
+HWY_INLINE VI EncodeV(VF v) {
+  const DI di;
+  const DF df;
+  const VI bits = hn::BitCast(di, v);
+  const VI abs = hn::And(bits, hn::Set(di, 0x7FFFFFFF));
+  const VI sign = hn::And(hn::ShiftRight<24>(bits), hn::Set(di, 0x80));
+  VI code;
+  if constexpr (kFormat == ElementFormat::kE4M3) {
+    // Saturate first: 448 = 0x43E00000 (Inf saturates too, as in E4M3::Encode).
+    const VI clamped = hn::Min(abs, hn::Set(di, 0x43E00000));
+    const VI lsb = hn::And(hn::ShiftRight<20>(clamped), hn::Set(di, 1));
+    const VI rounded = hn::ShiftRight<20>(hn::Add(hn::Add(clamped, hn::Set(di, 0x7FFFF)), lsb));
+    const VI normal = hn::Sub(rounded, hn::Set(di, (127 - 7) << 3));
+    // Subnormal: |v| + 2^14 has an ulp of 2^-9, the E4M3 subnormal step.
+    const VI subnormal = hn::Sub(
+        hn::BitCast(di, hn::Add(hn::BitCast(df, clamped), hn::Set(df, 16384.0f))),
+        hn::Set(di, 0x46800000));
+    code = hn::Or(hn::IfThenElse(hn::Lt(clamped, hn::Set(di, 0x3C800000)), subnormal, normal),
+                  sign);  // 0x3C800000 = 2^-6, the smallest normal
+  } else {
+    const VI clamped = hn::Min(abs, hn::Set(di, 0x47600000));  // 57344
+    const VI lsb = hn::And(hn::ShiftRight<21>(clamped), hn::Set(di, 1));
+    const VI rounded = hn::ShiftRight<21>(hn::Add(hn::Add(clamped, hn::Set(di, 0xFFFFF)), lsb));
+    const VI normal = hn::Sub(rounded, hn::Set(di, (127 - 15) << 2));
+    // Subnormal: |v| + 2^7 has an ulp of 2^-16, the E5M2 subnormal step.
+    const VI subnormal = hn::Sub(
+        hn::BitCast(di, hn::Add(hn::BitCast(df, clamped), hn::Set(df, 128.0f))),
+        hn::Set(di, 0x43000000));
+    code = hn::Or(hn::IfThenElse(hn::Lt(clamped, hn::Set(di, 0x38800000)), subnormal, normal),
+                  sign);  // 0x38800000 = 2^-14
+    code = hn::IfThenElse(hn::Eq(abs, hn::Set(di, 0x7F800000)), hn::Or(sign, hn::Set(di, 0x7C)),
+                          code);
+  }
+  return hn::IfThenElse(hn::Gt(abs, hn::Set(di, 0x7F800000)), hn::Set(di, 0x7F), code);
+}
+
+HWY_INLINE void StoreCodes(VI codes, uint8_t* out) {
+  hn::StoreU(hn::TruncateTo(DU8(), hn::BitCast(DU(), codes)), DU8(), out);
+}
+
+// The factor a block is multiplied by before encoding: NaN for a NaN block, so that every
+// element encodes to 0x7F.
+HWY_INLINE float BlockMultiplier(uint8_t scale) {
+  return scale == kE8M0NaN ? std::numeric_limits<float>::quiet_NaN() : E8M0InverseScale(scale);
+}
+
+// Scalar: quantize `len` (< 32) elements of one block.
+template <bool kBf16, ElementFormat kFormat>
+void PartialBlock(const QuantSource& src, int64_t index, int64_t len, uint8_t* out,
+                  uint8_t* scale) {
+  uint32_t amax = 0;
+  for (int64_t i = 0; i < len; ++i) {
+    amax = std::max(amax, F32Bits(LoadScalar<kBf16>(src.x, index + i)) & kF32AbsMask);
+  }
+  *scale = BlockScale(src.rule, kFormat, amax);
+  const float mult = BlockMultiplier(*scale);
+  for (int64_t i = 0; i < len; ++i) {
+    out[i] = EncodeElement(kFormat, LoadScalar<kBf16>(src.x, index + i) * mult);
+  }
+}
+
+// A full block of 32 at `index`; returns its amax lanes (for the dual kernel).
+template <bool kBf16, ElementFormat kFormat>
+HWY_INLINE void FullBlock(const QuantSource& src, int64_t index, uint8_t* out, uint8_t* scale) {
+  const size_t n = hn::Lanes(DF());
+  VI amax = hn::Zero(DI());
+  for (size_t i = 0; i < kBlock; i += n) amax = hn::Max(amax, AbsBits(LoadF<kBf16>(src.x, index + i)));
+  *scale = BlockScale(src.rule, kFormat, static_cast<uint32_t>(hn::GetLane(hn::MaxOfLanes(DI(), amax))));
+  const VF mult = hn::Set(DF(), BlockMultiplier(*scale));
+  for (size_t i = 0; i < kBlock; i += n) {
+    StoreCodes(EncodeV<kFormat>(hn::Mul(LoadF<kBf16>(src.x, index + i), mult)), out + i);
+  }
+}
+
+template <bool kBf16, ElementFormat kFormat>
+void RowwiseT(const QuantSource& src, int64_t row0, int64_t row1, RowwiseOut out) {
+  const int64_t cols = src.cols;
+  const int64_t blocks = (cols + kBlock - 1) / kBlock;
+  const int64_t full = cols / kBlock;
+  for (int64_t r = row0; r < row1; ++r) {
+    const int64_t base = r * cols;
+    uint8_t* data = out.data + base;
+    uint8_t* scales = out.scales + r * blocks;
+    for (int64_t b = 0; b < full; ++b) {
+      FullBlock<kBf16, kFormat>(src, base + b * kBlock, data + b * kBlock, scales + b);
+    }
+    if (full < blocks) {
+      PartialBlock<kBf16, kFormat>(src, base + full * kBlock, cols - full * kBlock,
+                                   data + full * kBlock, scales + full);
+    }
+  }
+}
+
+// Columnwise pass 1 for one row: amax[c] = max(amax[c], |x[row, col0 + c]|).
+template <bool kBf16>
+HWY_INLINE void AccumulateColumnAmax(const QuantSource& src, int64_t row, int64_t col0,
+                                     int64_t col1, int32_t* amax) {
+  const int64_t n = static_cast<int64_t>(hn::Lanes(DF()));
+  const int64_t base = row * src.cols;
+  int64_t c = col0;
+  for (; c + n <= col1; c += n) {
+    int32_t* a = amax + (c - col0);
+    hn::StoreU(hn::Max(hn::LoadU(DI(), a), AbsBits(LoadF<kBf16>(src.x, base + c))), DI(), a);
+  }
+  for (; c < col1; ++c) {
+    const int32_t v = static_cast<int32_t>(F32Bits(LoadScalar<kBf16>(src.x, base + c)) & kF32AbsMask);
+    amax[c - col0] = std::max(amax[c - col0], v);
+  }
+}
+
+// Columnwise scales from the accumulated amax, then pass 2 over the strip (now in cache).
+template <bool kBf16, ElementFormat kFormat>
+void FinishColumnStrip(const QuantSource& src, const ColStrip& strip, ColwiseOut out,
+                       const int32_t* amax, float* mult) {
+  const int64_t width = strip.col1 - strip.col0;
+  uint8_t* scales = out.scales + strip.scale_row * src.cols + strip.col0;
+  for (int64_t c = 0; c < width; ++c) {
+    scales[c] = BlockScale(src.rule, kFormat, static_cast<uint32_t>(amax[c]));
+    mult[c] = BlockMultiplier(scales[c]);
+  }
+  const int64_t n = static_cast<int64_t>(hn::Lanes(DF()));
+  for (int64_t r = strip.row0; r < strip.row0 + strip.num_rows; ++r) {
+    const int64_t base = r * src.cols;
+    uint8_t* data = out.data + base;
+    int64_t c = strip.col0;
+    for (; c + n <= strip.col1; c += n) {
+      const VF v = hn::Mul(LoadF<kBf16>(src.x, base + c), hn::LoadU(DF(), mult + (c - strip.col0)));
+      StoreCodes(EncodeV<kFormat>(v), data + c);
+    }
+    for (; c < strip.col1; ++c) {
+      data[c] = EncodeElement(kFormat, LoadScalar<kBf16>(src.x, base + c) * mult[c - strip.col0]);
+    }
+  }
+}
+
+template <bool kBf16, ElementFormat kFormat>
+void ColwiseT(const QuantSource& src, const ColStrip& strip, ColwiseOut out, void* workspace) {
+  const int64_t width = strip.col1 - strip.col0;
+  int32_t* amax = static_cast<int32_t*>(workspace);
+  float* mult = reinterpret_cast<float*>(amax + width);
+  std::fill(amax, amax + width, 0);
+  for (int64_t r = strip.row0; r < strip.row0 + strip.num_rows; ++r) {
+    AccumulateColumnAmax<kBf16>(src, r, strip.col0, strip.col1, amax);
+  }
+  FinishColumnStrip<kBf16, kFormat>(src, strip, out, amax, mult);
+}
+
+// Both axes from one read of the strip: each row's blocks are quantized rowwise while the
+// column amax accumulates; the columnwise pass then re-reads the strip from cache.
+template <bool kBf16, ElementFormat kFormat>
+void DualT(const QuantSource& src, const ColStrip& strip, RowwiseOut row_out, ColwiseOut col_out,
+           void* workspace) {
+  const int64_t width = strip.col1 - strip.col0;
+  int32_t* amax = static_cast<int32_t*>(workspace);
+  float* mult = reinterpret_cast<float*>(amax + width);
+  std::fill(amax, amax + width, 0);
+  const size_t n = hn::Lanes(DF());
+  const int64_t blocks_per_row = (src.cols + kBlock - 1) / kBlock;
+  for (int64_t r = strip.row0; r < strip.row0 + strip.num_rows; ++r) {
+    const int64_t base = r * src.cols;
+    int64_t c = strip.col0;
+    for (; c + kBlock <= strip.col1; c += kBlock) {
+      VI row_amax = hn::Zero(DI());
+      for (size_t i = 0; i < kBlock; i += n) {
+        const VI a = AbsBits(LoadF<kBf16>(src.x, base + c + i));
+        row_amax = hn::Max(row_amax, a);
+        int32_t* col_amax = amax + (c - strip.col0) + i;
+        hn::StoreU(hn::Max(hn::LoadU(DI(), col_amax), a), DI(), col_amax);
+      }
+      uint8_t* scale = row_out.scales + r * blocks_per_row + c / kBlock;
+      *scale = BlockScale(src.rule, kFormat,
+                          static_cast<uint32_t>(hn::GetLane(hn::MaxOfLanes(DI(), row_amax))));
+      const VF m = hn::Set(DF(), BlockMultiplier(*scale));
+      for (size_t i = 0; i < kBlock; i += n) {
+        StoreCodes(EncodeV<kFormat>(hn::Mul(LoadF<kBf16>(src.x, base + c + i), m)),
+                   row_out.data + base + c + i);
+      }
+    }
+    if (c < strip.col1) {  // the row's partial last block (col1 == cols here)
+      AccumulateColumnAmax<kBf16>(src, r, c, strip.col1, amax + (c - strip.col0));
+      PartialBlock<kBf16, kFormat>(src, base + c, strip.col1 - c, row_out.data + base + c,
+                                   row_out.scales + r * blocks_per_row + c / kBlock);
+    }
+  }
+  FinishColumnStrip<kBf16, kFormat>(src, strip, col_out, amax, mult);
+}
+
+// Run-time (bf16, format) to template dispatch, once per kernel call.
+#define MXTRAIN_DISPATCH_TYPES(FN, SRC, ...)                                          \
+  do {                                                                                \
+    if ((SRC).bf16) {                                                                 \
+      if ((SRC).format == ElementFormat::kE4M3) FN<true, ElementFormat::kE4M3>(__VA_ARGS__); \
+      else FN<true, ElementFormat::kE5M2>(__VA_ARGS__);                               \
+    } else {                                                                          \
+      if ((SRC).format == ElementFormat::kE4M3) FN<false, ElementFormat::kE4M3>(__VA_ARGS__); \
+      else FN<false, ElementFormat::kE5M2>(__VA_ARGS__);                              \
+    }                                                                                 \
+  } while (0)
+
+void Rowwise(const QuantSource& src, int64_t row0, int64_t row1, RowwiseOut out) {
+  MXTRAIN_DISPATCH_TYPES(RowwiseT, src, src, row0, row1, out);
+}
+void Colwise(const QuantSource& src, const ColStrip& strip, ColwiseOut out, void* workspace) {
+  MXTRAIN_DISPATCH_TYPES(ColwiseT, src, src, strip, out, workspace);
+}
+void Dual(const QuantSource& src, const ColStrip& strip, RowwiseOut row_out, ColwiseOut col_out,
+          void* workspace) {
+  MXTRAIN_DISPATCH_TYPES(DualT, src, src, strip, row_out, col_out, workspace);
+}
+#undef MXTRAIN_DISPATCH_TYPES
+
+template <ElementFormat kFormat>
+void EncodeT(const float* in, uint8_t* out, size_t count) {
+  const size_t n = hn::Lanes(DF());
+  size_t i = 0;
+  for (; i + n <= count; i += n) StoreCodes(EncodeV<kFormat>(hn::LoadU(DF(), in + i)), out + i);
+  for (; i < count; ++i) out[i] = EncodeElement(kFormat, in[i]);
+}
+
+void Encode(ElementFormat format, const float* in, uint8_t* out, size_t count) {
+  if (format == ElementFormat::kE4M3) {
+    EncodeT<ElementFormat::kE4M3>(in, out, count);
+  } else {
+    EncodeT<ElementFormat::kE5M2>(in, out, count);
+  }
+}
+
+const QuantKernels* GetQuantKernels() {
+  static const QuantKernels kernels = {hwy::TargetName(HWY_TARGET), &Rowwise, &Colwise, &Dual,
+                                       &Encode};
+  return &kernels;
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace mxtrain::internal
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+#include "mxtrain/error.h"
+#include "simd_internal.h"
+
+namespace mxtrain::internal {
+
+HWY_EXPORT(GetQuantKernels);
+
+const QuantKernels& CurrentQuantKernels() {
+  EnsureSimdTargetChosen();
+  return *HWY_DYNAMIC_DISPATCH(GetQuantKernels)();
+}
+
+const QuantKernels& QuantKernelsForTarget(const std::string& name) {
+  for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    if (name != hwy::TargetName(target)) continue;
+    // The dispatch table's slot for one target, as hwy::ChosenTarget::GetIndex computes it
+    // for a mask holding that target alone (the last slot is the portable fallback).
+    const int64_t shifted = HWY_CHOSEN_TARGET_SHIFT(target);
+    const size_t index = shifted != 0 ? static_cast<size_t>(__builtin_ctzll(shifted))
+                                      : static_cast<size_t>(HWY_MAX_DYNAMIC_TARGETS + 1);
+    return *HWY_DISPATCH_TABLE(GetQuantKernels)[index]();
+  }
+  Fail("unknown or unsupported SIMD target '", name, "'");
+}
+
+}  // namespace mxtrain::internal
+#endif  // HWY_ONCE

@@ -1,0 +1,71 @@
+#include "mxtrain/simd.h"
+
+#include <hwy/targets.h>
+
+#include <algorithm>
+#include <cctype>
+#include <mutex>
+
+#include "mxtrain/error.h"
+#include "simd_internal.h"
+
+namespace mxtrain {
+namespace {
+
+std::string Upper(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::toupper(c); });
+  return s;
+}
+
+std::mutex g_mutex;
+bool g_chosen = false;
+
+void ChooseLocked(int64_t mock_targets) {
+  hwy::SetSupportedTargetsForTest(mock_targets);
+  hwy::GetChosenTarget().Update(hwy::SupportedTargets());
+  g_chosen = true;
+}
+
+}  // namespace
+
+namespace internal {
+void EnsureSimdTargetChosen() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  if (!g_chosen) ChooseLocked(0);
+}
+}  // namespace internal
+
+std::vector<std::string> AvailableSimdTargets() {
+  std::vector<std::string> names;
+  for (int64_t t : hwy::SupportedAndGeneratedTargets()) names.emplace_back(hwy::TargetName(t));
+  return names;
+}
+
+std::string CurrentSimdTarget() {
+  internal::EnsureSimdTargetChosen();
+  // The chosen target is the best one among those currently supported (and generated).
+  const std::vector<int64_t> targets = hwy::SupportedAndGeneratedTargets();
+  return targets.empty() ? "none" : hwy::TargetName(targets.front());
+}
+
+void ForceSimdTarget(const std::string& name) {
+  const std::string wanted = Upper(name);
+  std::lock_guard<std::mutex> lock(g_mutex);
+  ChooseLocked(0);  // clear any earlier restriction before looking the name up
+  std::string known;
+  for (int64_t t : hwy::SupportedAndGeneratedTargets()) {
+    if (wanted == hwy::TargetName(t)) {
+      ChooseLocked(t);
+      return;
+    }
+    known += (known.empty() ? "" : ", ") + std::string(hwy::TargetName(t));
+  }
+  Fail("unknown or unsupported SIMD target '", name, "' (available: ", known, ")");
+}
+
+void ResetSimdTarget() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  ChooseLocked(0);
+}
+
+}  // namespace mxtrain

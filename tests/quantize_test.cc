@@ -1,0 +1,401 @@
+// The quantizers: golden blocks of NUMERICS.md §8, every fast path against the scalar
+// reference byte for byte (every SIMD target, f32 and bf16, both formats, all rules, shape
+// sweeps, 3-D, groups), dequantization against a double-precision oracle, memory
+// accounting and argument errors.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <optional>
+#include <random>
+#include <vector>
+
+#include "mxtrain/error.h"
+#include "mxtrain/quantize.h"
+#include "mxtrain/simd.h"
+#include "test_util.h"
+
+namespace mxtrain {
+namespace {
+
+using testing_util::BytesEqual;
+using testing_util::EdgeMix;
+using testing_util::FirstDifference;
+using testing_util::MakeBf16;
+using testing_util::MakeF32;
+using testing_util::ScopedSimdTarget;
+
+constexpr ScaleRule kRules[] = {ScaleRule::kRceil, ScaleRule::kFloor, ScaleRule::kCeil,
+                                ScaleRule::kEven};
+constexpr ElementFormat kFormats[] = {ElementFormat::kE4M3, ElementFormat::kE5M2};
+
+std::string Describe(const QuantizeOptions& o, const Tensor& x) {
+  return StrCat(Name(o.format), "/", Name(o.rule), " ", Name(x.dtype()), " ",
+                x.shape().ToString(), " target ", CurrentSimdTarget());
+}
+
+void ExpectSame(const MxTensor& fast, const MxTensor& ref, const std::string& what) {
+  ASSERT_EQ(fast.axis(), ref.axis()) << what;
+  ASSERT_TRUE(BytesEqual(fast.scales(), ref.scales()))
+      << what << ": scales differ at byte " << FirstDifference(fast.scales(), ref.scales());
+  ASSERT_TRUE(BytesEqual(fast.data(), ref.data()))
+      << what << ": data differ at byte " << FirstDifference(fast.data(), ref.data());
+}
+
+// --- Golden blocks (NUMERICS.md §8) ----------------------------------------------------
+
+struct Golden {
+  const char* why;
+  std::vector<uint32_t> bits;  // 32 fp32 patterns (or bf16 patterns when bf16)
+  bool bf16;
+  uint8_t floor_scale, floor_elem, rceil_scale, rceil_elem;
+  int odd_index;  // element with a different expected code, or -1
+  uint8_t odd_elem;
+};
+
+std::vector<uint32_t> Fill(uint32_t bits, int odd = -1, uint32_t odd_bits = 0) {
+  std::vector<uint32_t> v(32, bits);
+  if (odd >= 0) v[odd] = odd_bits;
+  return v;
+}
+
+std::vector<Golden> GoldenCases() {
+  return {
+      {"all zero: scale 0", Fill(0), false, 0, 0x00, 0, 0x00, -1, 0},
+      {"2^-126 with b = 0 reads 2.0", Fill(0x00800000), false, 0, 0x40, 0, 0x40, -1, 0},
+      {"448 exactly fits at b = 127", Fill(0x43E00000), false, 127, 0x7E, 127, 0x7E, -1, 0},
+      {"-448 keeps its sign", Fill(0xC3E00000), false, 127, 0xFE, 127, 0xFE, -1, 0},
+      {"fp32 max: floor saturates, rceil rounds up", Fill(0x7F7FFFFF), false, 246, 0x7E, 247,
+       0x78, -1, 0},
+      {"480 above max normal", Fill(0x43F00000), false, 127, 0x7E, 128, 0x77, -1, 0},
+      {"just above 3.5: mantissa > 1.75", Fill(0x40600001), false, 120, 0x7E, 121, 0x76, -1, 0},
+      {"just below 512", Fill(0x43FFFFFF), false, 127, 0x7E, 128, 0x78, -1, 0},
+      {"a min subnormal beside 1.0 flushes to 0", Fill(0x3F800000, 5, 0x1), false, 119, 0x78, 119,
+       0x78, 5, 0x00},
+      {"all fp32 min subnormal", Fill(0x1), false, 0, 0x00, 0, 0x00, -1, 0},
+      {"bf16 min subnormal 2^-133 -> 2^-6", Fill(0x0001), true, 0, 0x08, 0, 0x08, -1, 0},
+      {"one NaN poisons the block", Fill(0x3F800000, 9, 0x7FC00000), false, 0xFF, 0x7F, 0xFF,
+       0x7F, -1, 0},
+      {"one Inf poisons the block", Fill(0x3F800000, 31, 0xFF800000), false, 0xFF, 0x7F, 0xFF,
+       0x7F, -1, 0},
+  };
+}
+
+Tensor GoldenInput(const Golden& g) {
+  if (g.bf16) {
+    Tensor t = Tensor::Empty(DType::kBF16, {1, 32});
+    for (int i = 0; i < 32; ++i) t.data<uint16_t>()[i] = static_cast<uint16_t>(g.bits[i]);
+    return t;
+  }
+  Tensor t = Tensor::Empty(DType::kF32, {1, 32});
+  for (int i = 0; i < 32; ++i) t.data<float>()[i] = F32FromBits(g.bits[i]);
+  return t;
+}
+
+void CheckGolden(const Golden& g, ScaleRule rule, const MxTensor& q, const std::string& path) {
+  const bool floor = rule == ScaleRule::kFloor;
+  const uint8_t scale = floor ? g.floor_scale : g.rceil_scale;
+  const uint8_t elem = floor ? g.floor_elem : g.rceil_elem;
+  ASSERT_EQ(q.scales().data<uint8_t>()[0], scale) << g.why << " " << Name(rule) << " " << path;
+  for (int i = 0; i < 32; ++i) {
+    const uint8_t want = i == g.odd_index ? g.odd_elem : elem;
+    ASSERT_EQ(q.data().data<uint8_t>()[i], want)
+        << g.why << " " << Name(rule) << " " << path << " element " << i;
+  }
+}
+
+TEST(Golden, NumericsTableOnReferenceAndEveryTarget) {
+  for (const Golden& g : GoldenCases()) {
+    for (ScaleRule rule : {ScaleRule::kFloor, ScaleRule::kRceil}) {
+      const QuantizeOptions o{ElementFormat::kE4M3, rule};
+      const Tensor x = GoldenInput(g);
+      CheckGolden(g, rule, ref::QuantizeRowwise(x, o), "reference rowwise");
+      // The same block as a 32x1 column exercises the columnwise kernels.
+      const Tensor xt = x.Reshape({32, 1});
+      CheckGolden(g, rule, ref::QuantizeColumnwise(xt, o), "reference columnwise");
+      for (const std::string& target : AvailableSimdTargets()) {
+        ScopedSimdTarget scoped(target);
+        CheckGolden(g, rule, QuantizeRowwise(x, o), "rowwise " + target);
+        CheckGolden(g, rule, QuantizeColumnwise(xt, o), "columnwise " + target);
+        CheckGolden(g, rule, QuantizeDual(x, o).rowwise, "dual " + target);
+      }
+    }
+  }
+}
+
+// --- Fast paths against the reference ---------------------------------------------------
+
+void CheckAllPaths(const Tensor& x, const QuantizeOptions& o) {
+  const std::string what = Describe(o, x);
+  const MxTensor ref_row = ref::QuantizeRowwise(x, o);
+  const MxTensor ref_col = ref::QuantizeColumnwise(x, o);
+  ExpectSame(QuantizeRowwise(x, o), ref_row, "rowwise " + what);
+  ExpectSame(QuantizeColumnwise(x, o), ref_col, "columnwise " + what);
+  const DualMx dual = QuantizeDual(x, o);
+  ExpectSame(dual.rowwise, ref_row, "dual rowwise " + what);
+  ExpectSame(dual.columnwise, ref_col, "dual columnwise " + what);
+}
+
+TEST(FastPaths, ShapeSweepEveryTarget) {
+  // Remainders in both dimensions: every size 1..70 against a few partners.
+  uint64_t seed = 1000;
+  for (const std::string& target : AvailableSimdTargets()) {
+    ScopedSimdTarget scoped(target);
+    for (int64_t m = 1; m <= 70; ++m) {
+      for (int64_t k : {int64_t{1}, int64_t{17}, int64_t{32}, int64_t{33}, int64_t{70}}) {
+        for (int size_swap = 0; size_swap < 2; ++size_swap) {
+          const Shape shape = size_swap ? Shape{k, m} : Shape{m, k};
+          const std::vector<float> v = EdgeMix(m * k, ++seed);
+          const QuantizeOptions o{kFormats[seed % 2], kRules[seed % 4]};
+          SCOPED_TRACE(StrCat("seed ", seed));
+          CheckAllPaths(MakeF32(shape, v), o);
+          CheckAllPaths(MakeBf16(shape, v), o);
+        }
+      }
+    }
+  }
+}
+
+TEST(FastPaths, EveryFormatRuleDtypeAndTarget) {
+  uint64_t seed = 5000;
+  for (const std::string& target : AvailableSimdTargets()) {
+    ScopedSimdTarget scoped(target);
+    for (ElementFormat f : kFormats) {
+      for (ScaleRule r : kRules) {
+        for (const Shape& shape : {Shape{96, 160}, Shape{3, 45, 77}, Shape{2, 2, 33, 64}}) {
+          const std::vector<float> v = EdgeMix(shape.NumElements(), ++seed);
+          SCOPED_TRACE(StrCat("seed ", seed));
+          CheckAllPaths(MakeF32(shape, v), {f, r});
+          CheckAllPaths(MakeBf16(shape, v), {f, r});
+        }
+      }
+    }
+  }
+}
+
+TEST(FastPaths, LargeOddShapeAndThreads) {
+  const Shape shape{993, 512};
+  const std::vector<float> v = EdgeMix(shape.NumElements(), 77);
+  const Tensor x = MakeF32(shape, v);
+  const QuantizeOptions o{ElementFormat::kE4M3, ScaleRule::kRceil};
+  CheckAllPaths(x, o);
+  // Thread count never changes a byte.
+  for (int threads : {1, 2, 3}) {
+    QuantizeOptions ot = o;
+    ot.threads = threads;
+    ExpectSame(QuantizeColumnwise(x, ot), QuantizeColumnwise(x, o), StrCat("threads ", threads));
+    ExpectSame(QuantizeDual(x, ot).rowwise, QuantizeRowwise(x, o), StrCat("threads ", threads));
+  }
+  // Few rows, many columns: the strips split by column.
+  const Tensor wide = MakeF32({40, 4100}, EdgeMix(40 * 4100, 78));
+  CheckAllPaths(wide, {ElementFormat::kE5M2, ScaleRule::kEven, 2});
+}
+
+TEST(FastPaths, EmptyTensors) {
+  for (const Shape& shape : {Shape{0, 64}, Shape{64, 0}, Shape{0, 0}, Shape{3, 0, 5}}) {
+    const Tensor x = Tensor::Empty(DType::kF32, shape);
+    const MxTensor q = QuantizeDual(x, {}).columnwise;
+    EXPECT_EQ(q.shape(), shape);
+    EXPECT_EQ(q.scales().shape(), MxTensor::ScaleShape(shape, BlockAxis::kColumnwise, std::nullopt));
+    EXPECT_EQ(QuantizeRowwise(x, {}).data().NumElements(), 0);
+  }
+}
+
+// --- Token-grouped columnwise -------------------------------------------------------------
+
+std::vector<std::vector<int64_t>> GroupCounts() {
+  return {{100}, {0, 100}, {100, 0}, {1, 1, 1, 97}, {31, 33, 0, 36}, {32, 32, 36},
+          {0, 0, 0, 100, 0}, {5, 0, 64, 0, 31}};
+}
+
+TEST(Grouped, ReferenceEqualsColumnwisePerGroup) {
+  // Independent of the grouped code path: quantize each group's rows on their own.
+  const int64_t m = 100, k = 45;
+  const std::vector<float> v = EdgeMix(m * k, 31);
+  const Tensor x = MakeF32({m, k}, v);
+  for (const auto& counts : GroupCounts()) {
+    const GroupList groups = GroupList::Make(counts, GroupListType::kCounts, m);
+    const MxTensor q = ref::QuantizeGrouped(x, groups, {});
+    ASSERT_EQ(q.scales().shape(), (Shape{groups.ScaleRows(), k}));
+    for (int g = 0; g < groups.num_groups(); ++g) {
+      if (groups.size(g) == 0) continue;
+      std::vector<float> rows(v.begin() + groups.begin(g) * k, v.begin() + groups.end(g) * k);
+      const MxTensor part = ref::QuantizeColumnwise(MakeF32({groups.size(g), k}, rows), {});
+      ASSERT_EQ(std::memcmp(q.data().data<uint8_t>() + groups.begin(g) * k, part.data().raw(),
+                            part.data().NumBytes()), 0) << "group " << g;
+      ASSERT_EQ(std::memcmp(q.scales().data<uint8_t>() + groups.ScaleRowBegin(g) * k,
+                            part.scales().raw(), part.scales().NumBytes()), 0) << "group " << g;
+    }
+  }
+}
+
+TEST(Grouped, FastEqualsReferenceEveryTarget) {
+  uint64_t seed = 300;
+  for (const std::string& target : AvailableSimdTargets()) {
+    ScopedSimdTarget scoped(target);
+    for (const auto& counts : GroupCounts()) {
+      for (int64_t k : {int64_t{7}, int64_t{64}, int64_t{129}}) {
+        const std::vector<float> v = EdgeMix(100 * k, ++seed);
+        for (GroupListType type : {GroupListType::kCounts, GroupListType::kCumsum}) {
+          std::vector<int64_t> list = counts;
+          if (type == GroupListType::kCumsum) {
+            for (size_t i = 1; i < list.size(); ++i) list[i] += list[i - 1];
+          }
+          const GroupList groups = GroupList::Make(list, type, 100);
+          const QuantizeOptions o{kFormats[seed % 2], kRules[seed % 4]};
+          for (const Tensor& x : {MakeF32({100, k}, v), MakeBf16({100, k}, v)}) {
+            ExpectSame(QuantizeGrouped(x, groups, o), ref::QuantizeGrouped(x, groups, o),
+                       StrCat("grouped ", groups.ToString(), " ", Describe(o, x), " seed ", seed));
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(Grouped, BadGroupListsRaise) {
+  const int64_t m = 10;
+  auto make = [&](std::vector<int64_t> v, GroupListType t) { return GroupList::Make(v, t, m); };
+  EXPECT_THROW(make({5, 3, 10}, GroupListType::kCumsum), Error);   // not monotonic
+  EXPECT_THROW(make({5, 9}, GroupListType::kCumsum), Error);       // does not end at M
+  EXPECT_THROW(make({-1, 10}, GroupListType::kCumsum), Error);     // negative end
+  EXPECT_THROW(make({5, -1, 6}, GroupListType::kCounts), Error);   // negative count
+  EXPECT_THROW(make({5, 4}, GroupListType::kCounts), Error);       // sums to 9
+  EXPECT_THROW(make({5, 6}, GroupListType::kCounts), Error);       // sums to 11
+  EXPECT_THROW(make({}, GroupListType::kCounts), Error);           // empty
+  EXPECT_NO_THROW(make({0, 10, 10}, GroupListType::kCumsum));
+  const Tensor x = Tensor::Zeros(DType::kF32, {10, 4});
+  const GroupList other = GroupList::Make(std::vector<int64_t>{12}, GroupListType::kCounts, 12);
+  EXPECT_THROW(QuantizeGrouped(x, other, {}), Error);
+  EXPECT_THROW(QuantizeGrouped(Tensor::Zeros(DType::kF32, {2, 5, 4}),
+                               GroupList::Make(std::vector<int64_t>{5}, GroupListType::kCounts, 5), {}),
+               Error);
+}
+
+// --- Dequantization ---------------------------------------------------------------------
+
+TEST(Dequantize, MatchesDoubleOracle) {
+  const Shape shape{2, 70, 45};
+  const std::vector<float> v = EdgeMix(shape.NumElements(), 11);
+  const Tensor x = MakeF32(shape, v);
+  for (ElementFormat f : kFormats) {
+    const DualMx q = QuantizeDual(x, {f, ScaleRule::kRceil});
+    for (const MxTensor* mx : {&q.rowwise, &q.columnwise}) {
+      const Tensor y = Dequantize(*mx, DType::kF32);
+      const Tensor yb = Dequantize(*mx, DType::kBF16);
+      const int64_t k = shape[-1], m = shape[-2];
+      for (int64_t i = 0; i < shape.NumElements(); ++i) {
+        const int64_t r = i / k, c = i % k;
+        const uint8_t b = mx->axis() == BlockAxis::kRowwise
+                              ? mx->scales().data<uint8_t>()[r * CeilDiv(k, 32) + c / 32]
+                              : mx->scales().data<uint8_t>()[((r / m) * CeilDiv(m, 32) + (r % m) / 32) * k + c];
+        const uint8_t code = mx->data().data<uint8_t>()[i];
+        const double exact = b == 0xFF ? NAN : std::ldexp(static_cast<double>(DecodeElement(f, code)), b - 127);
+        const float got = y.data<float>()[i];
+        if (std::isnan(exact)) {
+          ASSERT_TRUE(std::isnan(got)) << i;
+          ASSERT_TRUE(std::isnan(Bf16ToF32(yb.data<uint16_t>()[i])));
+        } else {
+          ASSERT_EQ(got, static_cast<float>(exact)) << i;
+          ASSERT_EQ(yb.data<uint16_t>()[i], F32ToBf16(static_cast<float>(exact))) << i;
+        }
+      }
+    }
+  }
+}
+
+TEST(Dequantize, RceilErrorBound) {
+  // rceil never saturates: each element is within half an E4M3 step of x at its block scale.
+  std::mt19937 rng(3);
+  std::normal_distribution<float> n(0.0f, 3.0f);
+  std::vector<float> v(64 * 96);
+  for (float& e : v) e = n(rng);
+  const Tensor x = MakeF32({64, 96}, v);
+  const MxTensor q = QuantizeRowwise(x, {});
+  const Tensor y = Dequantize(q);
+  for (size_t i = 0; i < v.size(); ++i) {
+    const int b = q.scales().data<uint8_t>()[(i / 96) * 3 + (i % 96) / 32];
+    const double scale = std::ldexp(1.0, b - 127);
+    const double mag = std::fabs(v[i]) / scale;  // in element units, <= 448
+    const double step = mag < std::ldexp(1.0, -6) ? std::ldexp(1.0, -9)
+                                                   : std::ldexp(1.0, static_cast<int>(std::floor(std::log2(mag))) - 3);
+    ASSERT_LE(std::fabs(y.data<float>()[i] - v[i]), step / 2 * scale * (1 + 1e-12)) << i;
+  }
+}
+
+TEST(Dequantize, GroupedLayout) {
+  const std::vector<float> v = EdgeMix(100 * 33, 12);
+  const Tensor x = MakeF32({100, 33}, v);
+  const GroupList groups = GroupList::Make(std::vector<int64_t>{31, 0, 69}, GroupListType::kCounts, 100);
+  const MxTensor q = QuantizeGrouped(x, groups, {});
+  const Tensor y = Dequantize(q);
+  for (int g = 0; g < groups.num_groups(); ++g) {
+    for (int64_t r = groups.begin(g); r < groups.end(g); ++r) {
+      for (int64_t c = 0; c < 33; ++c) {
+        const uint8_t b = q.scales().data<uint8_t>()[(groups.ScaleRowBegin(g) + (r - groups.begin(g)) / 32) * 33 + c];
+        const float want = b == 0xFF ? NAN
+            : static_cast<float>(std::ldexp(static_cast<double>(DecodeE4M3(q.data().data<uint8_t>()[r * 33 + c])), b - 127));
+        const float got = y.data<float>()[r * 33 + c];
+        ASSERT_TRUE(got == want || (std::isnan(got) && std::isnan(want))) << r << "," << c;
+      }
+    }
+  }
+}
+
+// --- Layout checks, errors, memory ----------------------------------------------------------
+
+TEST(MxTensorLayout, ScaleShapeMismatchRaises) {
+  Tensor data = Tensor::Zeros(DType::kU8, {64, 64});
+  EXPECT_THROW(MxTensor(data, Tensor::Zeros(DType::kU8, {64, 3}), ElementFormat::kE4M3,
+                        ScaleRule::kRceil, BlockAxis::kRowwise), Error);
+  EXPECT_THROW(MxTensor(data, Tensor::Zeros(DType::kU8, {64, 2}), ElementFormat::kE4M3,
+                        ScaleRule::kRceil, BlockAxis::kColumnwise), Error);
+  EXPECT_NO_THROW(MxTensor(data, Tensor::Zeros(DType::kU8, {2, 64}), ElementFormat::kE4M3,
+                           ScaleRule::kRceil, BlockAxis::kColumnwise));
+  EXPECT_THROW(MxTensor(data, Tensor::Zeros(DType::kF32, {2, 64}), ElementFormat::kE4M3,
+                        ScaleRule::kRceil, BlockAxis::kColumnwise), Error);
+}
+
+TEST(Errors, BadInputsRaise) {
+  EXPECT_THROW(QuantizeRowwise(Tensor::Zeros(DType::kF32, {32}), {}), Error);
+  EXPECT_THROW(QuantizeColumnwise(Tensor::Zeros(DType::kU8, {32, 32}), {}), Error);
+  EXPECT_THROW(QuantizeDual(Tensor(), {}), Error);
+  EXPECT_THROW(Dequantize(QuantizeRowwise(Tensor::Zeros(DType::kF32, {2, 32}), {}), DType::kU8),
+               Error);
+  EXPECT_THROW(ForceSimdTarget("NEON9000"), Error);
+}
+
+TEST(Memory, QuantizedCopiesAreCounted) {
+  const Tensor x = Tensor::Zeros(DType::kF32, {96, 64});
+  const int64_t before = ReadMemory().by_category[static_cast<int>(MemoryCategory::kQuantized)].live_bytes;
+  {
+    const DualMx q = QuantizeDual(x, {});
+    const int64_t after = ReadMemory().by_category[static_cast<int>(MemoryCategory::kQuantized)].live_bytes;
+    // Two FP8 copies (M*K each) plus rowwise scales M*ceil(K/32) and columnwise ceil(M/32)*K.
+    EXPECT_EQ(after - before, 2 * 96 * 64 + 96 * 2 + 3 * 64);
+  }
+  EXPECT_EQ(ReadMemory().by_category[static_cast<int>(MemoryCategory::kQuantized)].live_bytes, before);
+}
+
+}  // namespace
+}  // namespace mxtrain
+
+#include "quantize/kernels.h"
+
+namespace mxtrain {
+namespace {
+
+TEST(Simd, ForcingATargetSwitchesTheKernels) {
+  const std::vector<std::string> targets = AvailableSimdTargets();
+  ASSERT_FALSE(targets.empty());
+  EXPECT_EQ(targets.back(), "SCALAR");  // the portable path is always compiled and runnable
+  for (const std::string& t : targets) {
+    testing_util::ScopedSimdTarget scoped(t);
+    EXPECT_EQ(CurrentSimdTarget(), t);
+    EXPECT_EQ(std::string(internal::CurrentQuantKernels().target), t);
+    EXPECT_EQ(std::string(internal::QuantKernelsForTarget(t).target), t);
+  }
+  EXPECT_EQ(CurrentSimdTarget(), targets.front());
+}
+
+}  // namespace
+}  // namespace mxtrain
