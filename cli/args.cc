@@ -64,8 +64,8 @@ ParsedArgs ParsedArgs::Parse(const std::vector<std::string>& args, std::string_v
       value = arg.substr(eq + 1);
     } else {
       // A following "--flag" is taken as a forgotten value, not as the value itself.
-      MXTRAIN_CHECK(i + 1 < args.size() && args[i + 1].compare(0, 2, "--") != 0, "flag '--",
-                    name, "' of '", command, "' needs a value");
+      MXTRAIN_CHECK(i + 1 < args.size() && args[i + 1].compare(0, 2, "--") != 0, "flag '--", name,
+                    "' of '", command, "' needs a value");
       value = args[++i];
     }
     MXTRAIN_CHECK(!spec->takes_value || !value.empty(), "flag '--", name, "' of '", command,
@@ -88,15 +88,14 @@ std::string ParsedArgs::Require(std::string_view name) const {
 void ParsedArgs::ExpectPositional(size_t count, std::string_view what) const {
   if (positional_.size() == count) return;
   if (positional_.size() < count) Fail("'", command_, "' needs ", what);
-  Fail("'", command_, "' takes ", what, ", got unexpected argument '",
-       positional_[count], "'");
+  Fail("'", command_, "' takes ", what, ", got unexpected argument '", positional_[count], "'");
 }
 
 int64_t ParseInt(std::string_view text, std::string_view what, int64_t min, int64_t max) {
   int64_t v = 0;
   MXTRAIN_CHECK(ToInt64(text, &v), what, " value '", text, "' is not an integer");
-  MXTRAIN_CHECK(v >= min && v <= max, what, " value ", v, " is out of range [", min, ", ",
-                max, "]");
+  MXTRAIN_CHECK(v >= min && v <= max, what, " value ", v, " is out of range [", min, ", ", max,
+                "]");
   return v;
 }
 
@@ -105,9 +104,8 @@ std::vector<int64_t> ParseIntList(std::string_view text, std::string_view what) 
   size_t begin = 0;
   while (true) {
     const size_t comma = text.find(',', begin);
-    std::string_view entry =
-        text.substr(begin, comma == std::string_view::npos ? std::string_view::npos
-                                                           : comma - begin);
+    std::string_view entry = text.substr(
+        begin, comma == std::string_view::npos ? std::string_view::npos : comma - begin);
     while (!entry.empty() && entry.front() == ' ') entry.remove_prefix(1);
     while (!entry.empty() && entry.back() == ' ') entry.remove_suffix(1);
     MXTRAIN_CHECK(!entry.empty(), what, " '", text, "' has an empty entry");

@@ -139,15 +139,14 @@ int Demo(const std::vector<std::string>& argv) {
   const auto seed = static_cast<uint64_t>(
       ParseInt(args.Get("seed", "1"), "--seed", 0, std::numeric_limits<int64_t>::max()));
   const Tensor x = DemoTensor(seed);
-  std::printf(
-      "mxtrain demo: %" PRId64 " x %" PRId64 " float32, seed %" PRIu64
-      "; rows 0-3 x 2^%d, rows 4-7 x 2^%d, NaN at [%" PRId64 ", %" PRId64 "], zeros in "
-      "rows %" PRId64 "-%" PRId64 " x cols 0-%" PRId64 "; SIMD target %s\n\n",
-      kRows, kCols, seed, kLargeRowScale, kSmallRowScale, kNanRow, kNanCol, kZeroRow0,
-      kZeroRow0 + kZeroRows - 1, kZeroCols - 1, CurrentSimdTarget().c_str());
-  std::printf("%-6s %-6s %-10s %9s %7s %7s %7s %10s %6s %10s %10s\n", "format", "rule",
-              "axis", "scale exp", "bytes", "vs fp32", "SQNR dB", "max relerr", "zeroed",
-              "zero blks", "NaN blks");
+  const std::string what = StrCat(kRows, " x ", kCols, " float32, seed ", seed, "; rows 0-3 x 2^",
+                                  kLargeRowScale, ", rows 4-7 x 2^", kSmallRowScale, ", NaN at [",
+                                  kNanRow, ", ", kNanCol, "], zeros in rows ", kZeroRow0, "-",
+                                  kZeroRow0 + kZeroRows - 1, " x cols 0-", kZeroCols - 1);
+  std::printf("mxtrain demo: %s; SIMD target %s\n\n", what.c_str(), CurrentSimdTarget().c_str());
+  std::printf("%-6s %-6s %-10s %9s %7s %7s %7s %10s %6s %10s %10s\n", "format", "rule", "axis",
+              "scale exp", "bytes", "vs fp32", "SQNR dB", "max relerr", "zeroed", "zero blks",
+              "NaN blks");
   for (ElementFormat format : {ElementFormat::kE4M3, ElementFormat::kE5M2}) {
     for (ScaleRule rule : {ScaleRule::kRceil, ScaleRule::kFloor}) {
       QuantizeOptions options;
@@ -159,9 +158,9 @@ int Demo(const std::vector<std::string>& argv) {
         const std::string exps = StrCat(st.min_exp, "..", st.max_exp);
         std::printf("%-6s %-6s %-10s %9s %7zu %6.1f%% %7.2f %10.4f %6" PRId64 " %10" PRId64
                     " %10" PRId64 "\n",
-                    Name(format).data(), Name(rule).data(), Name(q->axis()).data(),
-                    exps.c_str(), q->NumBytes(), 100.0 * q->NumBytes() / x.NumBytes(),
-                    st.sqnr_db, st.max_rel_err, st.zeroed, st.zero_blocks, st.nan_blocks);
+                    Name(format).data(), Name(rule).data(), Name(q->axis()).data(), exps.c_str(),
+                    q->NumBytes(), 100.0 * q->NumBytes() / x.NumBytes(), st.sqnr_db, st.max_rel_err,
+                    st.zeroed, st.zero_blocks, st.nan_blocks);
       }
     }
   }

@@ -64,8 +64,7 @@ struct Layout {
 Layout ParseLayout(const ParsedArgs& args, bool allow_both) {
   Layout layout;
   const bool grouped = args.Has("group-list");
-  MXTRAIN_CHECK(grouped || !args.Has("group-list-type"),
-                "--group-list-type needs --group-list");
+  MXTRAIN_CHECK(grouped || !args.Has("group-list-type"), "--group-list-type needs --group-list");
   // Token groups only exist for columnwise blocks, so a group list alone implies -2.
   layout.axis_text = args.Get("axis", grouped ? "-2" : "-1");
   if (layout.axis_text == "-1") {
@@ -75,7 +74,8 @@ Layout ParseLayout(const ParsedArgs& args, bool allow_both) {
   } else if (layout.axis_text == "both" && allow_both) {
     layout.axis = AxisChoice::kBoth;
   } else {
-    Fail("--axis value '", layout.axis_text, "' is not ", allow_both ? "-1, -2 or both" : "-1 or -2");
+    Fail("--axis value '", layout.axis_text, "' is not ",
+         allow_both ? "-1, -2 or both" : "-1 or -2");
   }
   if (grouped) {
     MXTRAIN_CHECK(layout.axis == AxisChoice::kColumnwise, "--group-list (token-grouped ",
@@ -102,11 +102,10 @@ std::string WriteMx(const std::vector<std::pair<std::string, const MxTensor*>>& 
   std::vector<std::pair<std::string, const Tensor*>> files;
   std::string listing;
   for (const auto& [prefix, mx] : outputs) {
-    for (const auto& [suffix, tensor] : {std::pair{".data.npy", &mx->data()},
-                                         std::pair{".scale.npy", &mx->scales()}}) {
+    for (const auto& [suffix, tensor] :
+         {std::pair{".data.npy", &mx->data()}, std::pair{".scale.npy", &mx->scales()}}) {
       files.emplace_back(prefix + suffix, tensor);
-      listing += (listing.empty() ? "" : ", ") + prefix + suffix + " " +
-                 tensor->shape().ToString();
+      listing += (listing.empty() ? "" : ", ") + prefix + suffix + " " + tensor->shape().ToString();
     }
   }
   WriteNpyFiles(files);
@@ -116,8 +115,7 @@ std::string WriteMx(const std::vector<std::pair<std::string, const MxTensor*>>& 
 int Quantize(const std::vector<std::string>& argv) {
   const ParsedArgs args = ParsedArgs::Parse(
       argv, "mxtrain quantize",
-      {{"out"}, {"format"}, {"scale"}, {"axis"}, {"group-list"}, {"group-list-type"},
-       {"threads"}});
+      {{"out"}, {"format"}, {"scale"}, {"axis"}, {"group-list"}, {"group-list-type"}, {"threads"}});
   if (args.help()) {
     std::fputs(kQuantizeUsage, stdout);
     return 0;
@@ -127,7 +125,7 @@ int Quantize(const std::vector<std::string>& argv) {
   const std::string prefix = args.Require("out");
   QuantizeOptions options;
   options.format = ParseElementFormat(args.Get("format", "e4m3"));
-  ParseScaleRule(args.Get("scale", "rceil"));
+  options.rule = ParseScaleRule(args.Get("scale", "rceil"));
   options.threads = ParseThreads(args);
   const Layout layout = ParseLayout(args, /*allow_both=*/true);
 
@@ -141,14 +139,16 @@ int Quantize(const std::vector<std::string>& argv) {
   std::string listing;
   if (layout.axis == AxisChoice::kBoth) {
     const DualMx dual = QuantizeDual(x, options);
-    listing = WriteMx({{prefix + ".rowwise", &dual.rowwise}, {prefix + ".colwise", &dual.columnwise}});
+    listing =
+        WriteMx({{prefix + ".rowwise", &dual.rowwise}, {prefix + ".colwise", &dual.columnwise}});
     blocks = "rowwise and columnwise";
   } else {
     MxTensor q;
     if (layout.group_values) {
       const GroupList groups = MakeGroups(layout, x.shape(), in_path);
       q = QuantizeGrouped(x, groups, options);
-      blocks = StrCat("columnwise, ", groups.num_groups(), " token groups");
+      blocks = StrCat("columnwise, ", groups.num_groups(),
+                      groups.num_groups() == 1 ? " token group" : " token groups");
     } else if (layout.axis == AxisChoice::kRowwise) {
       q = QuantizeRowwise(x, options);
       blocks = "rowwise";
@@ -174,8 +174,7 @@ Tensor ReadMxPart(const std::string& path) {
 int Dequantize(const std::vector<std::string>& argv) {
   const ParsedArgs args = ParsedArgs::Parse(
       argv, "mxtrain dequantize",
-      {{"out"}, {"format"}, {"axis"}, {"group-list"}, {"group-list-type"}, {"dtype"},
-       {"threads"}});
+      {{"out"}, {"format"}, {"axis"}, {"group-list"}, {"group-list-type"}, {"dtype"}, {"threads"}});
   if (args.help()) {
     std::fputs(kDequantizeUsage, stdout);
     return 0;

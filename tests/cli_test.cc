@@ -45,8 +45,9 @@ std::string ShapeTuple(const std::vector<int64_t>& dims) {
 // writes, so the reader cannot lean on its own writer's layout).
 std::string EncodeNpy(const std::string& descr, const std::vector<int64_t>& dims,
                       const std::string& data, bool fortran = false) {
-  const std::string header = "{'descr':'" + descr + "','fortran_order':" +
-                             (fortran ? "True" : "False") + ",'shape':" + ShapeTuple(dims) + "}\n";
+  const std::string header = "{'descr':'" + descr +
+                             "','fortran_order':" + (fortran ? "True" : "False") +
+                             ",'shape':" + ShapeTuple(dims) + "}\n";
   std::string out("\x93NUMPY\x01\x00", 8);
   out += static_cast<char>(header.size() & 0xFF);
   out += static_cast<char>(header.size() >> 8);
@@ -92,8 +93,9 @@ RawNpy DecodeNpy(const std::string& path) {
 void ExpectNpyEquals(const std::string& path, const Tensor& expected) {
   SCOPED_TRACE(path);
   const RawNpy r = DecodeNpy(path);
-  const char* descr = expected.dtype() == DType::kU8 ? "|u1"
-                      : expected.dtype() == DType::kF32 ? "<f4" : "<u2";
+  const char* descr = expected.dtype() == DType::kU8    ? "|u1"
+                      : expected.dtype() == DType::kF32 ? "<f4"
+                                                        : "<u2";
   EXPECT_EQ(r.descr, descr);
   EXPECT_EQ(r.dims, expected.shape().dims());
   EXPECT_TRUE(r.data == TensorBytes(expected)) << "data bytes differ";
@@ -142,7 +144,8 @@ class CliTest : public ::testing::Test {
 
   std::vector<std::string> OutListing() const {
     std::vector<std::string> names;
-    for (const auto& e : fs::directory_iterator(base_ + "/out")) names.push_back(e.path().filename());
+    for (const auto& e : fs::directory_iterator(base_ + "/out"))
+      names.push_back(e.path().filename());
     std::sort(names.begin(), names.end());
     return names;
   }
@@ -171,7 +174,9 @@ class CliTest : public ::testing::Test {
   }
 
   std::string WriteInput(const std::string& name, const Tensor& t) const {
-    const std::string descr = t.dtype() == DType::kF32 ? "<f4" : t.dtype() == DType::kBF16 ? "<u2" : "|u1";
+    const std::string descr = t.dtype() == DType::kF32    ? "<f4"
+                              : t.dtype() == DType::kBF16 ? "<u2"
+                                                          : "|u1";
     WriteBytes(In(name), EncodeNpy(descr, t.shape().dims(), TensorBytes(t)));
     return In(name);
   }
@@ -179,7 +184,9 @@ class CliTest : public ::testing::Test {
   std::string base_;
 };
 
-Tensor EdgeF32(Shape shape, uint64_t seed) { return MakeF32(shape, EdgeMix(shape.NumElements(), seed)); }
+Tensor EdgeF32(Shape shape, uint64_t seed) {
+  return MakeF32(shape, EdgeMix(shape.NumElements(), seed));
+}
 
 QuantizeOptions Options(ElementFormat format, ScaleRule rule) {
   QuantizeOptions o;
@@ -195,7 +202,8 @@ TEST_F(CliTest, RowwiseDefaultsMatchReferenceAndHeaderText) {
   ExpectMxFiles(Out("q"), ref::QuantizeRowwise(x, {}));
   EXPECT_EQ(OutListing(), (std::vector<std::string>{"q.data.npy", "q.scale.npy"}));
   const RawNpy scale = DecodeNpy(Out("q.scale.npy"));
-  EXPECT_EQ(scale.header.substr(0, 59), "{'descr': '|u1', 'fortran_order': False, 'shape': (5, 3), }");
+  EXPECT_EQ(scale.header.substr(0, 59),
+            "{'descr': '|u1', 'fortran_order': False, 'shape': (5, 3), }");
   EXPECT_EQ((10 + scale.header.size()) % 64, 0u);
   EXPECT_EQ(scale.header.back(), '\n');
 }
@@ -207,7 +215,8 @@ TEST_F(CliTest, EveryFormatRuleAndAxisMatchesReference) {
     for (const char* rule : {"rceil", "floor", "ceil", "even"}) {
       SCOPED_TRACE(std::string(format) + " " + rule);
       const QuantizeOptions o = Options(ParseElementFormat(format), ParseScaleRule(rule));
-      ExpectOk({"quantize", in, "--out", Out("r"), "--format", format, "--scale=" + std::string(rule)});
+      ExpectOk(
+          {"quantize", in, "--out", Out("r"), "--format", format, "--scale=" + std::string(rule)});
       ExpectMxFiles(Out("r"), ref::QuantizeRowwise(x, o));
       ExpectOk({"quantize", "--axis=-2", in, "--format=" + std::string(format), "--scale", rule,
                 "--out", Out("c"), "--threads", "2"});
@@ -232,7 +241,8 @@ TEST_F(CliTest, ThreeDimensionalAndBf16Inputs) {
   ExpectOk({"quantize", in3, "--out", Out("r3")});
   ExpectMxFiles(Out("r3"), ref::QuantizeRowwise(x3, {}));
   ExpectOk({"quantize", in3, "--out", Out("c3"), "--axis", "-2", "--scale", "floor"});
-  ExpectMxFiles(Out("c3"), ref::QuantizeColumnwise(x3, Options(ElementFormat::kE4M3, ScaleRule::kFloor)));
+  ExpectMxFiles(Out("c3"),
+                ref::QuantizeColumnwise(x3, Options(ElementFormat::kE4M3, ScaleRule::kFloor)));
 
   const Tensor xb = MakeBf16({37, 64}, EdgeMix(37 * 64, 5));
   const std::string inb = WriteInput("xb.npy", xb);
@@ -270,7 +280,8 @@ TEST_F(CliTest, DequantizeMatchesLibrary) {
   ExpectNpyEquals(Out("yb.npy"), Dequantize(row, DType::kBF16));
 
   const QuantizeOptions o = Options(ElementFormat::kE5M2, ScaleRule::kFloor);
-  ExpectOk({"quantize", in, "--out", Out("c"), "--axis", "-2", "--format", "e5m2", "--scale", "floor"});
+  ExpectOk(
+      {"quantize", in, "--out", Out("c"), "--axis", "-2", "--format", "e5m2", "--scale", "floor"});
   ExpectOk({"dequantize", Out("c"), "--out", Out("yc.npy"), "--axis", "-2", "--format", "e5m2"});
   ExpectNpyEquals(Out("yc.npy"), Dequantize(ref::QuantizeColumnwise(x, o), DType::kF32));
 }
@@ -278,9 +289,9 @@ TEST_F(CliTest, DequantizeMatchesLibrary) {
 TEST_F(CliTest, HelpVersionAndDemo) {
   RunResult r = Run({"--help"});
   EXPECT_EQ(r.code, 0);
-  for (const char* word : {"quantize", "dequantize", "bench", "demo", "--out", "--format", "--scale",
-                           "--axis", "--group-list", "--group-list-type", "--threads", "--dtype",
-                           "--seed", "--version"}) {
+  for (const char* word :
+       {"quantize", "dequantize", "bench", "demo", "--out", "--format", "--scale", "--axis",
+        "--group-list", "--group-list-type", "--threads", "--dtype", "--seed", "--version"}) {
     EXPECT_NE(r.out.find(word), std::string::npos) << word;
   }
   EXPECT_EQ(Run({"help", "quantize"}).code, 0);
@@ -320,7 +331,8 @@ TEST_F(CliTest, RejectsBadInputFiles) {
       {"rank1.npy", "rank >= 2"},
       {"rank0.npy", "rank >= 2"},
   };
-  for (const auto& [file, expect] : cases) ExpectBadInput({"quantize", In(file), "--out", Out("q")}, expect);
+  for (const auto& [file, expect] : cases)
+    ExpectBadInput({"quantize", In(file), "--out", Out("q")}, expect);
   ExpectBadInput({"quantize", In(""), "--out", Out("q")}, "Is a directory");
 }
 
@@ -352,9 +364,11 @@ TEST_F(CliTest, RejectsBadFlags) {
   const std::string in = WriteInput("x.npy", EdgeF32({64, 8}, 10));
   const std::string q = Out("q");
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
-      {{"quantize", in, "--out", q, "--bogus", "1"}, "unknown flag '--bogus' for 'mxtrain quantize'"},
+      {{"quantize", in, "--out", q, "--bogus", "1"},
+       "unknown flag '--bogus' for 'mxtrain quantize'"},
       {{"quantize", in, "--out", q, "--out", q}, "flag '--out' given twice"},
-      {{"quantize", in, "--format", "e5m2", "--out"}, "flag '--out' of 'mxtrain quantize' needs a value"},
+      {{"quantize", in, "--format", "e5m2", "--out"},
+       "flag '--out' of 'mxtrain quantize' needs a value"},
       {{"quantize", in, "--out", "--format", "e5m2"}, "needs a value"},
       {{"quantize", in}, "needs --out"},
       {{"quantize", "--out", q}, "needs one input file"},
@@ -364,9 +378,12 @@ TEST_F(CliTest, RejectsBadFlags) {
       {{"quantize", in, "--out", q, "--axis", "0"}, "--axis value '0'"},
       {{"quantize", in, "--out", q, "--threads", "-1"}, "--threads value -1 is out of range"},
       {{"quantize", in, "--out", q, "--threads", "two"}, "not an integer"},
-      {{"quantize", in, "--out", q, "--axis", "-1", "--group-list", "64"}, "conflicts with --axis -1"},
-      {{"quantize", in, "--out", q, "--axis", "both", "--group-list", "64"}, "conflicts with --axis both"},
-      {{"quantize", in, "--out", q, "--group-list-type", "counts"}, "--group-list-type needs --group-list"},
+      {{"quantize", in, "--out", q, "--axis", "-1", "--group-list", "64"},
+       "conflicts with --axis -1"},
+      {{"quantize", in, "--out", q, "--axis", "both", "--group-list", "64"},
+       "conflicts with --axis both"},
+      {{"quantize", in, "--out", q, "--group-list-type", "counts"},
+       "--group-list-type needs --group-list"},
       {{"dequantize", q, "--out", Out("y.npy"), "--scale", "floor"}, "unknown flag '--scale'"},
       {{"dequantize", q, "--out", Out("y.npy"), "--axis", "both"}, "is not -1 or -2"},
       {{"dequantize", q, "--out", Out("y.npy"), "--dtype", "f16"}, "--dtype value 'f16'"},
@@ -397,7 +414,8 @@ TEST_F(CliTest, RejectsMismatchedDequantizeInputs) {
       {{"dequantize", In("r"), "--out", y, "--group-list", "10,30"}, "ends at 30, not at M = 40"},
       {{"dequantize", In("f"), "--out", y}, "holds f32 data"},
       {{"dequantize", In("v"), "--out", y}, "rank >= 2"},
-      {{"dequantize", In("r"), "--out", Out("missing/y.npy")}, "cannot write '" + Out("missing/y.npy") + "': No such file or directory"},
+      {{"dequantize", In("r"), "--out", Out("missing/y.npy")},
+       "cannot write '" + Out("missing/y.npy") + "': No such file or directory"},
   };
   for (const auto& [args, expect] : cases) ExpectBadInput(args, expect);
 }
@@ -406,7 +424,8 @@ TEST_F(CliTest, UnwritableOutputLeavesNothingAndKeepsExistingFiles) {
   const std::string in = WriteInput("x.npy", EdgeF32({64, 40}, 12));
   ExpectBadInput({"quantize", in, "--out", Out("missing/q")},
                  "cannot write '" + Out("missing/q.data.npy") + "': No such file or directory");
-  ExpectBadInput({"quantize", in, "--out", Out("missing/q"), "--axis", "both"}, "missing/q.rowwise.data.npy");
+  ExpectBadInput({"quantize", in, "--out", Out("missing/q"), "--axis", "both"},
+                 "missing/q.rowwise.data.npy");
   // An earlier result stays whole when a later run fails: its scale path is a directory,
   // so the run must fail before replacing the data file.
   WriteBytes(Out("q.data.npy"), "old");

@@ -5,14 +5,14 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
-#include <tuple>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "mxtrain/error.h"
@@ -38,7 +38,8 @@ std::string RawNpy(const std::string& header, const std::string& data, int major
   out += static_cast<char>(major);
   out += '\0';
   const size_t len_bytes = major == 1 ? 2 : 4;
-  for (size_t i = 0; i < len_bytes; ++i) out += static_cast<char>((header.size() >> (8 * i)) & 0xFF);
+  for (size_t i = 0; i < len_bytes; ++i)
+    out += static_cast<char>((header.size() >> (8 * i)) & 0xFF);
   return out + header + data;
 }
 
@@ -99,8 +100,8 @@ void ExpectSameTensor(const Tensor& a, const Tensor& b) {
 
 TEST_F(NpyTest, RoundTripsEveryDTypeAndRank) {
   const std::vector<std::pair<DType, Shape>> cases = {
-      {DType::kF32, {3, 5}},   {DType::kBF16, {2, 3, 4}}, {DType::kU8, {7}},
-      {DType::kF32, {}},       {DType::kU8, {0, 4}},      {DType::kBF16, {1, 1, 1, 33}},
+      {DType::kF32, {3, 5}}, {DType::kBF16, {2, 3, 4}}, {DType::kU8, {7}},
+      {DType::kF32, {}},     {DType::kU8, {0, 4}},      {DType::kBF16, {1, 1, 1, 33}},
   };
   for (const auto& [dtype, shape] : cases) {
     SCOPED_TRACE(std::string(Name(dtype)) + " " + shape.ToString());
@@ -147,7 +148,8 @@ TEST_F(NpyTest, HeaderLongerThan64KiBUsesVersion2) {
   const std::string bytes = ReadBytes(Path("long.npy"));
   EXPECT_EQ(bytes.substr(0, 8), std::string("\x93NUMPY\x02\x00", 8));
   uint32_t header_len = 0;
-  for (int i = 3; i >= 0; --i) header_len = header_len << 8 | static_cast<unsigned char>(bytes[8 + i]);
+  for (int i = 3; i >= 0; --i)
+    header_len = header_len << 8 | static_cast<unsigned char>(bytes[8 + i]);
   EXPECT_EQ((12 + header_len) % 64, 0u);
   ExpectSameTensor(ReadNpy(Path("long.npy")), t);
 }
@@ -161,12 +163,14 @@ TEST_F(NpyTest, ReadsHandWrittenHeaderVariants) {
     Shape shape;
   };
   const std::vector<Case> cases = {
-      {Dict("|u1", "(2, 3)"), 2, DType::kU8, {2, 3}},             // version 2.0
-      {Dict("<u1", "(6,)"), 3, DType::kU8, {6}},                  // version 3.0, '<u1'
+      {Dict("|u1", "(2, 3)"), 2, DType::kU8, {2, 3}},  // version 2.0
+      {Dict("<u1", "(6,)"), 3, DType::kU8, {6}},       // version 3.0, '<u1'
       {"{\"descr\": \"<u2\", \"fortran_order\": False, \"shape\": (3,)}", 1, DType::kBF16, {3}},
       {"{'shape':(1L,3L),'fortran_order':False,'descr':'<u2'}\n", 1, DType::kBF16, {1, 3}},
       {"{ 'descr' : '|u1' ,\n 'fortran_order' : False , 'shape' : ( 1 , 2 , 3 , ) , }  \n",
-       1, DType::kU8, {1, 2, 3}},
+       1,
+       DType::kU8,
+       {1, 2, 3}},
       {Dict("<f4", "(0, 3)") + std::string(6, ' '), 1, DType::kF32, {0, 3}},
   };
   for (const Case& c : cases) {
@@ -208,8 +212,7 @@ TEST_F(NpyTest, RejectsMalformedHeaders) {
       {"{'descr': '<f4', 'fortran_order': False, 'shape': [1]}\n", "expected '('"},
       {"{'descr': '<f4', 'fortran_order': False, 'shape': (1,), } x\n", "after the dictionary"},
       {"{'descr': '<f4, 'fortran_order': False, 'shape': (1,)}\n", "malformed"},
-      {"{'descr': '<f4', 'fortran_order': False, 'shape': (99999999999999999999,)}\n",
-       "too large"},
+      {"{'descr': '<f4', 'fortran_order': False, 'shape': (99999999999999999999,)}\n", "too large"},
       {"{'descr': '<f4'", "malformed"},
   };
   for (const auto& [header, expect] : cases) {
@@ -224,9 +227,9 @@ TEST_F(NpyTest, RejectsFortranOrderAndUnsupportedDTypes) {
     ExpectRawError(RawNpy(Dict(descr, "(2,)"), std::string(16, 'x')),
                    "unsupported dtype '" + descr + "'");
   }
-  ExpectRawError(RawNpy("{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (1,)}\n",
-                        "abcd"),
-                 "structured dtype");
+  ExpectRawError(
+      RawNpy("{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (1,)}\n", "abcd"),
+      "structured dtype");
 }
 
 TEST_F(NpyTest, RejectsDataOfTheWrongLength) {

@@ -33,10 +33,14 @@ constexpr uint32_t kMaxHeaderBytes = 16u << 20;
 constexpr size_t kV1MaxHeaderBytes = 65535;  // the 2-byte length field of version 1.0
 constexpr size_t kDataAlignment = 64;        // what np.save has used since NumPy 1.14
 
-// Keeps error messages on one printable line whatever bytes a file or path holds.
+// Keeps error messages on one line whatever bytes a file or path holds: control characters
+// become '?' (UTF-8 in paths passes through).
 std::string Printable(std::string_view s) {
   std::string out;
-  for (char c : s) out += (c >= 0x20 && c < 0x7F) ? c : '?';
+  for (char c : s) {
+    const auto u = static_cast<unsigned char>(c);
+    out += (u < 0x20 || u == 0x7F) ? '?' : c;
+  }
   return out;
 }
 
@@ -135,9 +139,8 @@ class HeaderParser {
   }
   char Peek() const { return pos_ < text_.size() ? text_[pos_] : '\0'; }
   void SkipSpace() {
-    while (pos_ < text_.size() &&
-           (text_[pos_] == ' ' || text_[pos_] == '\n' || text_[pos_] == '\t' ||
-            text_[pos_] == '\r')) {
+    while (pos_ < text_.size() && (text_[pos_] == ' ' || text_[pos_] == '\n' ||
+                                   text_[pos_] == '\t' || text_[pos_] == '\r')) {
       ++pos_;
     }
   }
@@ -228,8 +231,8 @@ std::string HeaderDict(const Tensor& t) {
   for (int64_t d : t.shape().dims()) shape += std::to_string(d) + ", ";
   if (t.rank() > 1) shape.resize(shape.size() - 2);  // "(3, 4)" but "(5,)" and "()"
   if (t.rank() == 1) shape.resize(shape.size() - 1);
-  return StrCat("{'descr': '", NpyDescr(t.dtype()), "', 'fortran_order': False, 'shape': (",
-                shape, "), }");
+  return StrCat("{'descr': '", NpyDescr(t.dtype()), "', 'fortran_order': False, 'shape': (", shape,
+                "), }");
 }
 
 // Magic, version, length field and the padded header text.
@@ -281,8 +284,7 @@ class Temporaries {
 // Creates "<path>.tmp.XXXXXX" exclusively. Not mkstemp: its files are mode 0600, while
 // open(0666) lets the umask give the output the permissions any new file would get.
 int CreateTemporary(const std::string& path, std::string* tmp) {
-  static constexpr char kChars[] =
-      "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+  static constexpr char kChars[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
   thread_local std::mt19937_64 rng(
       std::random_device{}() ^
       static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()) ^
@@ -301,9 +303,12 @@ int CreateTemporary(const std::string& path, std::string* tmp) {
 
 std::string_view NpyDescr(DType dtype) {
   switch (dtype) {
-    case DType::kF32: return "<f4";
-    case DType::kBF16: return "<u2";
-    case DType::kU8: return "|u1";
+    case DType::kF32:
+      return "<f4";
+    case DType::kBF16:
+      return "<u2";
+    case DType::kU8:
+      return "|u1";
   }
   return "?";
 }
@@ -359,8 +364,8 @@ Tensor ReadNpy(const std::string& path, MemoryCategory category) {
     data_bytes *= d;
   }
   const auto truncated = [&](int64_t have) {
-    Fail("'", name, "' is truncated: shape ", shape.ToString(), " of '", header.descr,
-         "' needs ", data_bytes, " data bytes, the file has ", have);
+    Fail("'", name, "' is truncated: shape ", shape.ToString(), " of '", header.descr, "' needs ",
+         data_bytes, " data bytes, the file has ", have);
   };
   const auto trailing = [&](int64_t extra) {
     Fail("'", name, "' has ", extra, " bytes after the data of shape ", shape.ToString());
@@ -412,8 +417,6 @@ void WriteNpyFiles(const std::vector<std::pair<std::string, const Tensor*>>& fil
   }
 }
 
-void WriteNpy(const std::string& path, const Tensor& tensor) {
-  WriteNpyFiles({{path, &tensor}});
-}
+void WriteNpy(const std::string& path, const Tensor& tensor) { WriteNpyFiles({{path, &tensor}}); }
 
 }  // namespace mxtrain
