@@ -2,6 +2,8 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <map>
+#include <mutex>
 #include <new>
 
 #include "mxtrain/error.h"
@@ -30,6 +32,69 @@ Counter g_total;
 Counter& CounterOf(MemoryCategory c) { return g_by_category[static_cast<int>(c)]; }
 
 constexpr size_t kAlignment = 64;
+constexpr size_t kCacheMinBytes = 256 << 10;
+
+// Large freed buffers by padded size, for reuse (SetMemoryCacheLimit).
+class BufferCache {
+ public:
+  void* Take(size_t padded) {
+    if (padded < kCacheMinBytes) return nullptr;
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = buffers_.find(padded);
+    if (it == buffers_.end()) return nullptr;
+    void* p = it->second;
+    buffers_.erase(it);
+    cached_ -= static_cast<int64_t>(padded);
+    return p;
+  }
+  // Keeps p if it fits under the limit; otherwise frees it.
+  void Give(void* p, size_t padded) {
+    if (padded >= kCacheMinBytes) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (cached_ + static_cast<int64_t>(padded) <= limit_) {
+        buffers_.emplace(padded, p);
+        cached_ += static_cast<int64_t>(padded);
+        return;
+      }
+    }
+    std::free(p);
+  }
+  void SetLimit(int64_t limit) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    limit_ = limit;
+    // Largest first, until the rest fits.
+    while (cached_ > limit_ && !buffers_.empty()) {
+      auto last = std::prev(buffers_.end());
+      cached_ -= static_cast<int64_t>(last->first);
+      std::free(last->second);
+      buffers_.erase(last);
+    }
+  }
+  int64_t cached() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return cached_;
+  }
+  int64_t limit() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return limit_;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::multimap<size_t, void*> buffers_;
+  int64_t cached_ = 0;
+  int64_t limit_ = int64_t{1} << 30;
+};
+
+BufferCache& Cache() {
+  static BufferCache* cache = new BufferCache();  // never destroyed: storages may outlive main
+  return *cache;
+}
+
+size_t Padded(size_t bytes) {
+  // aligned_alloc wants a multiple of the alignment, and at least one byte.
+  return ((bytes == 0 ? 1 : bytes) + kAlignment - 1) / kAlignment * kAlignment;
+}
 
 }  // namespace
 
@@ -46,16 +111,16 @@ std::string_view Name(MemoryCategory category) {
 }
 
 Storage::Storage(size_t bytes, MemoryCategory category) : bytes_(bytes), category_(category) {
-  // aligned_alloc wants a multiple of the alignment, and at least one byte.
-  const size_t padded = ((bytes == 0 ? 1 : bytes) + kAlignment - 1) / kAlignment * kAlignment;
-  data_ = std::aligned_alloc(kAlignment, padded);
+  const size_t padded = Padded(bytes);
+  data_ = Cache().Take(padded);
+  if (data_ == nullptr) data_ = std::aligned_alloc(kAlignment, padded);
   if (data_ == nullptr) Fail("out of memory allocating ", bytes, " bytes");
   CounterOf(category_).Add(static_cast<int64_t>(bytes_));
   g_total.Add(static_cast<int64_t>(bytes_));
 }
 
 Storage::~Storage() {
-  std::free(data_);
+  Cache().Give(data_, Padded(bytes_));
   CounterOf(category_).Sub(static_cast<int64_t>(bytes_));
   g_total.Sub(static_cast<int64_t>(bytes_));
 }
@@ -71,7 +136,16 @@ MemoryReport ReadMemory() {
   MemoryReport report;
   for (int i = 0; i < kNumMemoryCategories; ++i) report.by_category[i] = g_by_category[i].Read();
   report.total = g_total.Read();
+  report.cached_bytes = Cache().cached();
   return report;
+}
+
+void SetMemoryCacheLimit(int64_t bytes) { Cache().SetLimit(bytes < 0 ? 0 : bytes); }
+
+void ReleaseCachedMemory() {
+  const int64_t limit = Cache().limit();
+  Cache().SetLimit(0);
+  Cache().SetLimit(limit);
 }
 
 void ResetMemoryPeaks() {

@@ -399,3 +399,35 @@ TEST(Simd, ForcingATargetSwitchesTheKernels) {
 
 }  // namespace
 }  // namespace mxtrain
+
+namespace mxtrain {
+namespace {
+
+TEST(Memory, FreedLargeBuffersAreCachedNotCounted) {
+  SetMemoryCacheLimit(int64_t{64} << 20);
+  ReleaseCachedMemory();
+  const int64_t live_before = ReadMemory().total.live_bytes;
+  {
+    const Tensor t = Tensor::Empty(DType::kU8, {1 << 20});
+    EXPECT_EQ(ReadMemory().total.live_bytes - live_before, 1 << 20);
+  }
+  // Freed: no longer live, but kept for the next request of the same size.
+  EXPECT_EQ(ReadMemory().total.live_bytes, live_before);
+  EXPECT_EQ(ReadMemory().cached_bytes, 1 << 20);
+  const void* first = nullptr;
+  {
+    const Tensor t = Tensor::Empty(DType::kU8, {1 << 20});
+    first = t.raw();
+    EXPECT_EQ(ReadMemory().cached_bytes, 0);
+  }
+  {
+    const Tensor t = Tensor::Empty(DType::kU8, {1 << 20});
+    EXPECT_EQ(t.raw(), first);  // the cached buffer came back
+  }
+  SetMemoryCacheLimit(0);
+  EXPECT_EQ(ReadMemory().cached_bytes, 0);
+  SetMemoryCacheLimit(int64_t{1} << 30);
+}
+
+}  // namespace
+}  // namespace mxtrain

@@ -31,7 +31,8 @@ struct MemoryFigures {
 
 struct MemoryReport {
   std::array<MemoryFigures, kNumMemoryCategories> by_category;
-  MemoryFigures total;
+  MemoryFigures total;   // bytes held by live tensors (what every memory figure reports)
+  int64_t cached_bytes;  // freed buffers kept for reuse, not counted in total
 };
 
 // A 64-byte aligned buffer whose bytes are counted under its category while it lives.
@@ -57,6 +58,14 @@ class Storage {
 
 // Current figures. Peaks are since the start of the process or the last ResetMemoryPeaks.
 MemoryReport ReadMemory();
+// Freed buffers of 256 KiB and more are kept, up to this many bytes in all, and handed out
+// again for a request of the same size: a training step allocates the same shapes every
+// micro-batch, and giving large buffers back to the OS makes every step pay page faults on
+// them (measured: dual-axis quantize at 4096x4096 spent over half its time there).
+// Default 1 GiB; 0 disables caching. Shrinking the limit releases the excess at once.
+void SetMemoryCacheLimit(int64_t bytes);
+// Returns every cached buffer to the system.
+void ReleaseCachedMemory();
 // Sets every peak to the current live figure.
 void ResetMemoryPeaks();
 

@@ -18,7 +18,7 @@ constexpr uint32_t kF32QuietNaNBits = 0x7FC00000u;
 // the exponent bits (and, for subnormals, the leading mantissa bit), never from a
 // floating-point log2 (NUMERICS.md §4). An exponent field of 255 reads as 128, which the
 // "even" rule relies on when rounding carries amax up to 2^128.
-constexpr int FloorLog2Bits(uint32_t abs_bits) {
+inline __attribute__((always_inline)) constexpr int FloorLog2Bits(uint32_t abs_bits) {
   const int exp_field = static_cast<int>(abs_bits >> 23);
   if (exp_field != 0) return exp_field - 127;
   const uint32_t mantissa = abs_bits & 0x7FFFFFu;  // non-zero: x != 0
@@ -26,7 +26,7 @@ constexpr int FloorLog2Bits(uint32_t abs_bits) {
 }
 
 // Whether a finite, non-zero |x| (as bits) is an exact power of two.
-constexpr bool IsPowerOfTwoBits(uint32_t abs_bits) {
+inline __attribute__((always_inline)) constexpr bool IsPowerOfTwoBits(uint32_t abs_bits) {
   const uint32_t exp_field = abs_bits >> 23;
   const uint32_t mantissa = abs_bits & 0x7FFFFFu;
   if (exp_field != 0) return mantissa == 0;
