@@ -161,7 +161,7 @@ TEST(FastPaths, EveryFormatRuleDtypeAndTarget) {
     ScopedSimdTarget scoped(target);
     for (ElementFormat f : kFormats) {
       for (ScaleRule r : kRules) {
-        for (const Shape& shape : {Shape{96, 160}, Shape{3, 45, 77}, Shape{2, 2, 33, 64}}) {
+        for (const Shape& shape : {Shape{96, 160}, Shape{3, 45, 77}, Shape{2, 2, 33, 64}, Shape{5, 1056}}) {
           const std::vector<float> v = EdgeMix(shape.NumElements(), ++seed);
           SCOPED_TRACE(StrCat("seed ", seed));
           CheckAllPaths(MakeF32(shape, v), {f, r});

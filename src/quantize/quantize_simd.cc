@@ -165,6 +165,82 @@ HWY_INLINE void FullBlock(const QuantSource& src, int64_t index, uint8_t* out, u
   EncodeBlock<kFormat>(vecs, *scale, out);
 }
 
+// Lane j of the result = the largest lane of in[j], for the kLanes vectors in[0..kLanes).
+// A transposing reduction: ~3 vector ops per vector instead of ~9 for a horizontal
+// reduction each (the per-block scale was a third of the rowwise kernel's time).
+template <size_t kLanes>
+HWY_INLINE VI TransposeMax(const VI* in) {
+#if HWY_TARGET == HWY_SCALAR
+  static_assert(kLanes == 1);
+  return in[0];
+#else
+  {
+    const DI di;
+    const hn::RepartitionToWide<DI> d64;
+    // Within each 128-bit block: 4 vectors -> one whose lane k holds vector k's block max.
+    VI per_block[kLanes / 4];
+    for (size_t g = 0; g < kLanes / 4; ++g) {
+      const VI* v = in + 4 * g;
+      const VI ab = hn::Max(hn::InterleaveLower(v[0], v[1]), hn::InterleaveUpper(di, v[0], v[1]));
+      const VI cd = hn::Max(hn::InterleaveLower(v[2], v[3]), hn::InterleaveUpper(di, v[2], v[3]));
+      const auto ab64 = hn::BitCast(d64, ab);
+      const auto cd64 = hn::BitCast(d64, cd);
+      per_block[g] = hn::Max(hn::BitCast(di, hn::InterleaveLower(ab64, cd64)),
+                             hn::BitCast(di, hn::InterleaveUpper(d64, ab64, cd64)));
+    }
+    if constexpr (kLanes == 4) {
+      return per_block[0];
+    } else if constexpr (kLanes == 8) {
+      return hn::Max(hn::ConcatLowerLower(di, per_block[1], per_block[0]),
+                     hn::ConcatUpperUpper(di, per_block[1], per_block[0]));
+    } else {
+      static_assert(kLanes == 16, "TransposeMax handles 1, 4, 8 or 16 lanes");
+      // Fold the upper 256 bits onto the lower for pairs of groups, then adjacent blocks.
+      const VI v01 = hn::Max(hn::ConcatLowerLower(di, per_block[1], per_block[0]),
+                             hn::ConcatUpperUpper(di, per_block[1], per_block[0]));
+      const VI v23 = hn::Max(hn::ConcatLowerLower(di, per_block[3], per_block[2]),
+                             hn::ConcatUpperUpper(di, per_block[3], per_block[2]));
+      alignas(64) static constexpr int32_t kSwapBlocks[16] = {4, 5, 6, 7, 0, 1, 2, 3,
+                                                               12, 13, 14, 15, 8, 9, 10, 11};
+      const auto swap = hn::SetTableIndices(di, kSwapBlocks);
+      const VI w01 = hn::Max(v01, hn::TableLookupLanes(v01, swap));  // [g0 g0 g1 g1]
+      const VI w23 = hn::Max(v23, hn::TableLookupLanes(v23, swap));  // [g2 g2 g3 g3]
+      return hn::OddEvenBlocks(hn::ConcatUpperUpper(di, w23, w01),
+                               hn::ConcatLowerLower(di, w23, w01));
+    }
+  }
+#endif
+}
+
+// kLanes consecutive full blocks: their amax in one transposing reduction, then the scalar
+// rule per block, then the encode (the blocks are re-read from L1).
+template <bool kBf16, ElementFormat kFormat>
+HWY_INLINE void BlockBatch(const QuantSource& src, int64_t index, uint8_t* out, uint8_t* scales) {
+  constexpr size_t kLanes = hn::MaxLanes(DI());
+  const size_t n = hn::Lanes(DF());
+  VI block_amax[kLanes];
+  for (size_t j = 0; j < kLanes; ++j) {
+    const int64_t at = index + static_cast<int64_t>(j) * kBlock;
+    PrefetchAhead<kBf16>(src.x, at);
+    VI amax = hn::Zero(DI());
+    for (size_t i = 0; i < kBlockVecs; ++i) {
+      amax = hn::Max(amax, AbsBits(LoadF<kBf16>(src.x, at + static_cast<int64_t>(i * n))));
+    }
+    block_amax[j] = amax;
+  }
+  alignas(64) int32_t amax[kLanes];
+  hn::Store(TransposeMax<kLanes>(block_amax), DI(), amax);
+  for (size_t j = 0; j < kLanes; ++j) {
+    scales[j] = BlockScale(src.rule, kFormat, static_cast<uint32_t>(amax[j]));
+  }
+  for (size_t j = 0; j < kLanes; ++j) {
+    const int64_t at = index + static_cast<int64_t>(j) * kBlock;
+    VF vecs[kBlockVecs];
+    for (size_t i = 0; i < kBlockVecs; ++i) vecs[i] = LoadF<kBf16>(src.x, at + static_cast<int64_t>(i * n));
+    EncodeBlock<kFormat>(vecs, scales[j], out + j * kBlock);
+  }
+}
+
 template <bool kBf16, ElementFormat kFormat>
 void RowwiseT(const QuantSource& src, int64_t row0, int64_t row1, RowwiseOut out) {
   const int64_t cols = src.cols;
@@ -174,7 +250,12 @@ void RowwiseT(const QuantSource& src, int64_t row0, int64_t row1, RowwiseOut out
     const int64_t base = r * cols;
     uint8_t* data = out.data + base;
     uint8_t* scales = out.scales + r * blocks;
-    for (int64_t b = 0; b < full; ++b) {
+    constexpr int64_t kBatch = static_cast<int64_t>(hn::MaxLanes(DI()));
+    int64_t b = 0;
+    for (; b + kBatch <= full; b += kBatch) {
+      BlockBatch<kBf16, kFormat>(src, base + b * kBlock, data + b * kBlock, scales + b);
+    }
+    for (; b < full; ++b) {
       PrefetchAhead<kBf16>(src.x, base + b * kBlock);
       FullBlock<kBf16, kFormat>(src, base + b * kBlock, data + b * kBlock, scales + b);
     }
