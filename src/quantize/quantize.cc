@@ -91,32 +91,44 @@ void ForEachStrip(const std::vector<ColStrip>& strips, int threads, Fn&& fn) {
   }
 }
 
+// Uninitialized data and scales of one MX layout of x, counted under options.category.
+struct MxBuffers {
+  Tensor data;
+  Tensor scales;
+
+  MxBuffers(const Tensor& x, BlockAxis axis, const std::optional<GroupList>& groups,
+            const QuantizeOptions& options)
+      : data(Tensor::Empty(DType::kU8, x.shape(), options.category)),
+        scales(Tensor::Empty(DType::kU8, MxTensor::ScaleShape(x.shape(), axis, groups),
+                             options.category)) {}
+
+  MxTensor Finish(BlockAxis axis, const QuantizeOptions& options,
+                  std::optional<GroupList> groups = std::nullopt) && {
+    return MxTensor(std::move(data), std::move(scales), options.format, options.rule, axis,
+                    std::move(groups));
+  }
+};
+
 MxTensor MakeColumnwise(const Tensor& x, const QuantizeOptions& options,
                         const GroupList& segments, std::optional<GroupList> groups) {
   const QuantSource src = SourceOf(x, options, "columnwise quantize");
-  const Shape scale_shape = MxTensor::ScaleShape(x.shape(), BlockAxis::kColumnwise, groups);
-  Tensor data = Tensor::Empty(DType::kU8, x.shape(), options.category);
-  Tensor scales = Tensor::Empty(DType::kU8, scale_shape, options.category);
+  MxBuffers col(x, BlockAxis::kColumnwise, groups, options);
   const QuantKernels& k = internal::CurrentQuantKernels();
   const int threads = ThreadCount(options);
-  const ColwiseOut out{data.data<uint8_t>(), scales.data<uint8_t>()};
+  const ColwiseOut out{col.data.data<uint8_t>(), col.scales.data<uint8_t>()};
   ForEachStrip(MakeStrips(segments, src.cols, threads), threads,
                [&](const ColStrip& s, void* ws) { k.colwise(src, s, out, ws); });
-  return MxTensor(std::move(data), std::move(scales), options.format, options.rule,
-                  BlockAxis::kColumnwise, std::move(groups));
+  return std::move(col).Finish(BlockAxis::kColumnwise, options, std::move(groups));
 }
 
 }  // namespace
 
 MxTensor QuantizeRowwise(const Tensor& x, const QuantizeOptions& options) {
   const QuantSource src = SourceOf(x, options, "rowwise quantize");
-  Tensor data = Tensor::Empty(DType::kU8, x.shape(), options.category);
-  Tensor scales = Tensor::Empty(
-      DType::kU8, MxTensor::ScaleShape(x.shape(), BlockAxis::kRowwise, std::nullopt),
-      options.category);
+  MxBuffers row(x, BlockAxis::kRowwise, std::nullopt, options);
   const QuantKernels& k = internal::CurrentQuantKernels();
-  const RowwiseOut out{data.data<uint8_t>(), scales.data<uint8_t>()};
-  // Rows in chunks of at least 16 so that tiny tensors don't pay for a thread team.
+  const RowwiseOut out{row.data.data<uint8_t>(), row.scales.data<uint8_t>()};
+  // At least 16 Ki elements per thread, so that tiny tensors don't pay for a thread team.
   const int64_t rows = src.rows;
   const int threads = static_cast<int>(
       std::clamp<int64_t>(rows * src.cols / (1 << 14), 1, ThreadCount(options)));
@@ -126,8 +138,7 @@ MxTensor QuantizeRowwise(const Tensor& x, const QuantizeOptions& options) {
     const int64_t r1 = rows * (t + 1) / threads;
     if (r0 < r1) k.rowwise(src, r0, r1, out);
   }
-  return MxTensor(std::move(data), std::move(scales), options.format, options.rule,
-                  BlockAxis::kRowwise);
+  return std::move(row).Finish(BlockAxis::kRowwise, options);
 }
 
 MxTensor QuantizeColumnwise(const Tensor& x, const QuantizeOptions& options) {
@@ -148,24 +159,16 @@ MxTensor QuantizeGrouped(const Tensor& x, const GroupList& groups,
 
 DualMx QuantizeDual(const Tensor& x, const QuantizeOptions& options) {
   const QuantSource src = SourceOf(x, options, "dual quantize");
-  Tensor row_data = Tensor::Empty(DType::kU8, x.shape(), options.category);
-  Tensor row_scales = Tensor::Empty(
-      DType::kU8, MxTensor::ScaleShape(x.shape(), BlockAxis::kRowwise, std::nullopt),
-      options.category);
-  Tensor col_data = Tensor::Empty(DType::kU8, x.shape(), options.category);
-  Tensor col_scales = Tensor::Empty(
-      DType::kU8, MxTensor::ScaleShape(x.shape(), BlockAxis::kColumnwise, std::nullopt),
-      options.category);
+  MxBuffers row(x, BlockAxis::kRowwise, std::nullopt, options);
+  MxBuffers col(x, BlockAxis::kColumnwise, std::nullopt, options);
   const QuantKernels& k = internal::CurrentQuantKernels();
   const int threads = ThreadCount(options);
-  const RowwiseOut row_out{row_data.data<uint8_t>(), row_scales.data<uint8_t>()};
-  const ColwiseOut col_out{col_data.data<uint8_t>(), col_scales.data<uint8_t>()};
+  const RowwiseOut row_out{row.data.data<uint8_t>(), row.scales.data<uint8_t>()};
+  const ColwiseOut col_out{col.data.data<uint8_t>(), col.scales.data<uint8_t>()};
   ForEachStrip(MakeStrips(BatchSegments(x.shape()), src.cols, threads), threads,
                [&](const ColStrip& s, void* ws) { k.dual(src, s, row_out, col_out, ws); });
-  return DualMx{MxTensor(std::move(row_data), std::move(row_scales), options.format,
-                         options.rule, BlockAxis::kRowwise),
-                MxTensor(std::move(col_data), std::move(col_scales), options.format,
-                         options.rule, BlockAxis::kColumnwise)};
+  return DualMx{std::move(row).Finish(BlockAxis::kRowwise, options),
+                std::move(col).Finish(BlockAxis::kColumnwise, options)};
 }
 
 void EncodeElements(ElementFormat format, const float* in, uint8_t* out, size_t n) {
