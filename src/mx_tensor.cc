@@ -45,4 +45,29 @@ MxTensor::MxTensor(Tensor data, Tensor scales, ElementFormat format, ScaleRule r
                 scales_.shape().ToString());
 }
 
+MxTensor MxTensor::Rows(int64_t begin, int64_t end) const {
+  MXTRAIN_CHECK(shape().rank() == 2 && axis_ == BlockAxis::kRowwise,
+                "row slices need a 2-D rowwise MX tensor, got ", Name(axis_), " ",
+                shape().ToString());
+  return MxTensor(data_.Slice(begin, end), scales_.Slice(begin, end), format_, rule_, axis_);
+}
+
+MxTensor MxTensor::Matrix(int64_t e) const {
+  MXTRAIN_CHECK(shape().rank() == 3 && !groups_.has_value(),
+                "Matrix(e) needs a 3-D MX tensor, got ", shape().ToString());
+  const Shape d{shape()[1], shape()[2]};
+  const Shape s{scales_.shape()[1], scales_.shape()[2]};
+  return MxTensor(data_.Slice(e, e + 1).Reshape(d), scales_.Slice(e, e + 1).Reshape(s), format_,
+                  rule_, axis_);
+}
+
+MxTensor MxTensor::Group(int g) const {
+  MXTRAIN_CHECK(groups_.has_value(), "Group(g) needs a token-grouped MX tensor");
+  MXTRAIN_CHECK(g >= 0 && g < groups_->num_groups(), "group ", g, " out of range [0, ",
+                groups_->num_groups(), ")");
+  return MxTensor(data_.Slice(groups_->begin(g), groups_->end(g)),
+                  scales_.Slice(groups_->ScaleRowBegin(g), groups_->ScaleRowBegin(g + 1)),
+                  format_, rule_, axis_);
+}
+
 }  // namespace mxtrain

@@ -78,4 +78,14 @@ Tensor Tensor::Reshape(Shape shape) const {
   return t;
 }
 
+Tensor Tensor::Slice(int64_t begin, int64_t end) const {
+  MXTRAIN_CHECK(rank() >= 1, "cannot slice a rank-0 tensor");
+  MXTRAIN_CHECK(0 <= begin && begin <= end && end <= shape_[0], "slice [", begin, ", ", end,
+                ") is outside the first dimension of ", shape_.ToString());
+  Tensor t = *this;
+  t.shape_[0] = end - begin;
+  t.offset_ += static_cast<size_t>(begin) * (shape_[0] == 0 ? 0 : NumBytes() / shape_[0]);
+  return t;
+}
+
 }  // namespace mxtrain

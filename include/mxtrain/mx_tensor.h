@@ -52,6 +52,14 @@ class MxTensor {
   // Bytes held by data and scales.
   size_t NumBytes() const { return data_.NumBytes() + scales_.NumBytes(); }
 
+  // Views (sharing storage):
+  // rows [begin, end) of a 2-D rowwise tensor;
+  MxTensor Rows(int64_t begin, int64_t end) const;
+  // matrix e of a 3-D [E, R, C] tensor, as 2-D [R, C] with the same blocked axis;
+  MxTensor Matrix(int64_t e) const;
+  // group g of a token-grouped columnwise tensor, as a plain columnwise [m_g, K].
+  MxTensor Group(int g) const;
+
  private:
   Tensor data_;
   Tensor scales_;

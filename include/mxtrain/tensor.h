@@ -55,18 +55,21 @@ class Tensor {
 
   template <typename T>
   T* data() const {
-    return reinterpret_cast<T*>(static_cast<char*>(storage_->data()));
+    return reinterpret_cast<T*>(static_cast<char*>(storage_->data()) + offset_);
   }
-  void* raw() const { return storage_ ? storage_->data() : nullptr; }
+  void* raw() const { return storage_ ? static_cast<char*>(storage_->data()) + offset_ : nullptr; }
   const std::shared_ptr<Storage>& storage() const { return storage_; }
 
   // The same storage viewed with another shape of the same element count.
   Tensor Reshape(Shape shape) const;
+  // A view of entries [begin, end) of the outermost dimension (shares storage).
+  Tensor Slice(int64_t begin, int64_t end) const;
 
  private:
   DType dtype_ = DType::kF32;
   Shape shape_;
   std::shared_ptr<Storage> storage_;
+  size_t offset_ = 0;  // bytes from the start of storage
 };
 
 }  // namespace mxtrain

@@ -1,0 +1,190 @@
+// MX GEMM drivers: validation, the choice of path, the exact path for tiles no fast path
+// may take, bias, accumulation and output rounding; grouped GEMM as per-group dense GEMMs.
+#include "mxtrain/gemm.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <mutex>
+
+#include "gemm/kernels.h"
+#include "mxtrain/error.h"
+
+namespace mxtrain {
+namespace {
+
+using internal::GemmOperand;
+using internal::GemmProblem;
+using internal::RowScaleStats;
+
+std::mutex g_path_mutex;
+std::string g_forced_path;
+
+// The value of element (f, k) of an operand as a double: element times 2^(scale - 127).
+double Decoded(const GemmOperand& op, int64_t f, int64_t k) {
+  const uint8_t b = op.Scale(f, k / kMxBlock);
+  if (b == kE8M0NaN) return NAN;
+  return std::ldexp(static_cast<double>(DecodeElement(op.format, op.Code(f, k))), b - 127);
+}
+
+// Exact dot product of row i of A and row j of B (double; exact for MX operands up to
+// double's 53 bits, far beyond the fp32 result).
+double ExactDot(const GemmOperand& a, const GemmOperand& b, int64_t i, int64_t j) {
+  double sum = 0.0;
+  for (int64_t k = 0; k < a.s; ++k) sum += Decoded(a, i, k) * Decoded(b, j, k);
+  return sum;
+}
+
+struct Checked {
+  GemmOperand a, b;
+};
+
+Checked CheckOperands(const MxTensor& a, const MxTensor& b, const GemmOptions& o) {
+  Checked c{GemmOperand::Of(a, "A"), GemmOperand::Of(b, "B")};
+  MXTRAIN_CHECK(c.a.s == c.b.s, "gemm: contraction lengths differ: A (", Name(a.axis()),
+                " ", a.shape().ToString(), ") contracts ", c.a.s, ", B (", Name(b.axis()), " ",
+                b.shape().ToString(), ") contracts ", c.b.s);
+  MXTRAIN_CHECK(o.out_dtype == DType::kF32 || o.out_dtype == DType::kBF16,
+                "gemm: output dtype must be f32 or bf16, got ", Name(o.out_dtype));
+  const Shape c_shape{c.a.free, c.b.free};
+  if (o.bias != nullptr) {
+    MXTRAIN_CHECK(o.bias->defined() && o.bias->dtype() == DType::kF32 &&
+                      o.bias->shape() == Shape{c.b.free},
+                  "gemm: bias must be f32 of shape [", c.b.free, "]");
+  }
+  if (o.accumulate != nullptr) {
+    MXTRAIN_CHECK(o.accumulate->defined() && o.accumulate->dtype() == DType::kF32 &&
+                      o.accumulate->shape() == c_shape,
+                  "gemm: accumulator must be f32 of shape ", c_shape.ToString());
+    MXTRAIN_CHECK(o.out_dtype == DType::kF32, "gemm: accumulation needs an f32 output");
+  }
+  return c;
+}
+
+// The fp32 result buffer: the accumulator itself, or a new zeroed tensor.
+Tensor ResultBuffer(const Checked& c, const GemmOptions& o) {
+  if (o.accumulate != nullptr) return *o.accumulate;
+  return Tensor::Zeros(DType::kF32, {c.a.free, c.b.free}, o.category);
+}
+
+// Adds the bias and rounds to the output dtype.
+Tensor Finish(Tensor c32, const GemmOptions& o) {
+  const int64_t rows = c32.shape()[0], cols = c32.shape()[1];
+  float* c = c32.data<float>();
+  if (o.bias != nullptr) {
+    const float* bias = o.bias->data<float>();
+    for (int64_t i = 0; i < rows; ++i) {
+      for (int64_t j = 0; j < cols; ++j) c[i * cols + j] += bias[j];
+    }
+  }
+  if (o.out_dtype == DType::kF32) return c32;
+  Tensor out = Tensor::Empty(DType::kBF16, c32.shape(), o.category);
+  for (int64_t i = 0; i < rows * cols; ++i) out.data<uint16_t>()[i] = F32ToBf16(c[i]);
+  return out;
+}
+
+internal::GemmKernel ChooseKernel() {
+  const std::string path = CurrentGemmPath();
+  if (path == "amx-bf16") return &internal::GemmAmx;
+  return &internal::GemmPortable;
+}
+
+}  // namespace
+
+namespace internal {
+
+bool TileIsSafe(const GemmProblem& p, int64_t ti, int64_t tj) {
+  uint8_t a_min = 255, a_max = 0, b_min = 255, b_max = 0;
+  for (int64_t i = ti * kGemmTile; i < std::min(p.a.free, (ti + 1) * kGemmTile); ++i) {
+    if (p.a_stats->has_nan[i]) return false;
+    a_min = std::min(a_min, p.a_stats->min_scale[i]);
+    a_max = std::max(a_max, p.a_stats->max_scale[i]);
+  }
+  for (int64_t j = tj * kGemmTile; j < std::min(p.b.free, (tj + 1) * kGemmTile); ++j) {
+    if (p.b_stats->has_nan[j]) return false;
+    b_min = std::min(b_min, p.b_stats->min_scale[j]);
+    b_max = std::max(b_max, p.b_stats->max_scale[j]);
+  }
+  return ProductsAreExact(p.a.format, a_min, a_max, p.b.format, b_min, b_max);
+}
+
+}  // namespace internal
+
+std::vector<std::string> AvailableGemmPaths() {
+  std::vector<std::string> paths;
+  if (internal::AmxAvailable()) paths.push_back("amx-bf16");
+  paths.push_back("portable");
+  return paths;
+}
+
+void ForceGemmPath(const std::string& name) {
+  if (!name.empty()) {
+    const std::vector<std::string> paths = AvailableGemmPaths();
+    MXTRAIN_CHECK(std::find(paths.begin(), paths.end(), name) != paths.end(),
+                  "unknown or unavailable GEMM path '", name, "'");
+  }
+  std::lock_guard<std::mutex> lock(g_path_mutex);
+  g_forced_path = name;
+}
+
+std::string CurrentGemmPath() {
+  {
+    std::lock_guard<std::mutex> lock(g_path_mutex);
+    if (!g_forced_path.empty()) return g_forced_path;
+  }
+  return AvailableGemmPaths().front();
+}
+
+Tensor MxGemm(const MxTensor& a, const MxTensor& b, const GemmOptions& options) {
+  const Checked c = CheckOperands(a, b, options);
+  Tensor c32 = ResultBuffer(c, options);
+  const RowScaleStats a_stats = RowScaleStats::Of(c.a);
+  const RowScaleStats b_stats = RowScaleStats::Of(c.b);
+  const int threads = options.threads > 0 ? options.threads : omp_get_max_threads();
+  const GemmProblem p{c.a, c.b, &a_stats, &b_stats, c32.data<float>(), threads};
+  const int64_t tiles_i = CeilDiv(c.a.free, internal::kGemmTile);
+  const int64_t tiles_j = CeilDiv(c.b.free, internal::kGemmTile);
+  std::vector<uint8_t> skipped(static_cast<size_t>(tiles_i * tiles_j), 0);
+  if (c.a.free > 0 && c.b.free > 0) ChooseKernel()(p, skipped);
+  // The exact path: tiles with NaN blocks or scales that leave fp32's normal range.
+  const int64_t cols = c.b.free;
+#pragma omp parallel for num_threads(threads) schedule(dynamic)
+  for (int64_t t = 0; t < tiles_i * tiles_j; ++t) {
+    if (!skipped[t]) continue;
+    const int64_t ti = t / tiles_j, tj = t % tiles_j;
+    for (int64_t i = ti * internal::kGemmTile; i < std::min(c.a.free, (ti + 1) * internal::kGemmTile); ++i) {
+      for (int64_t j = tj * internal::kGemmTile; j < std::min(cols, (tj + 1) * internal::kGemmTile); ++j) {
+        float& out = p.c[i * cols + j];
+        out = static_cast<float>(static_cast<double>(out) + ExactDot(c.a, c.b, i, j));
+      }
+    }
+  }
+  return Finish(std::move(c32), options);
+}
+
+namespace ref {
+
+Tensor MxGemm(const MxTensor& a, const MxTensor& b, const GemmOptions& options) {
+  const Checked c = CheckOperands(a, b, options);
+  Tensor c32 = ResultBuffer(c, options);
+  const int64_t rows = c.a.free, cols = c.b.free;
+  float* out = c32.data<float>();
+  for (int64_t i = 0; i < rows; ++i) {
+    for (int64_t j = 0; j < cols; ++j) {
+      double v = static_cast<double>(out[i * cols + j]) + ExactDot(c.a, c.b, i, j);
+      if (options.bias != nullptr) v += options.bias->data<float>()[j];
+      out[i * cols + j] = static_cast<float>(v);  // rounded once
+    }
+  }
+  if (options.out_dtype == DType::kF32) return c32;
+  // bf16: from the double directly would round once; via fp32 it can differ only in a
+  // double-rounding tie, far inside the test bound.
+  Tensor bf = Tensor::Empty(DType::kBF16, c32.shape(), options.category);
+  for (int64_t i = 0; i < rows * cols; ++i) bf.data<uint16_t>()[i] = F32ToBf16(out[i]);
+  return bf;
+}
+
+}  // namespace ref
+}  // namespace mxtrain

@@ -1,0 +1,37 @@
+// Internal: the GEMM paths. Each computes C[I, J] (fp32, row-major, holding the values to
+// accumulate onto) += A . B^T for every 16x16 output tile whose operand rows are all
+// exact-safe (operand.h), and marks the tiles it skipped; the driver computes those with
+// the exact path.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "gemm/operand.h"
+
+namespace mxtrain::internal {
+
+inline constexpr int64_t kGemmTile = 16;
+
+struct GemmProblem {
+  GemmOperand a;  // [I, S]
+  GemmOperand b;  // [J, S]
+  const RowScaleStats* a_stats;
+  const RowScaleStats* b_stats;
+  float* c;       // [I, J]
+  int threads;
+};
+
+// Whether output tile (ti, tj) may use a fast path (all its rows and columns exact-safe).
+bool TileIsSafe(const GemmProblem& p, int64_t ti, int64_t tj);
+
+// skipped[ti * tiles_j + tj] = 1 for tiles left to the exact path.
+using GemmKernel = void (*)(const GemmProblem& p, std::vector<uint8_t>& skipped);
+
+void GemmPortable(const GemmProblem& p, std::vector<uint8_t>& skipped);
+// AMX-BF16; only called when AmxAvailable().
+void GemmAmx(const GemmProblem& p, std::vector<uint8_t>& skipped);
+bool AmxAvailable();
+
+}  // namespace mxtrain::internal

@@ -1,0 +1,73 @@
+#include "gemm/operand.h"
+
+#include <algorithm>
+
+#include "mxtrain/error.h"
+
+namespace mxtrain::internal {
+namespace {
+
+// Non-zero element magnitudes lie in [2^kMinExp, 2^kMaxExp): E4M3 [2^-9, 448],
+// E5M2 [2^-16, 57344].
+int MinExp(ElementFormat f) { return f == ElementFormat::kE4M3 ? -9 : -16; }
+int MaxExp(ElementFormat f) { return f == ElementFormat::kE4M3 ? 9 : 16; }
+
+}  // namespace
+
+GemmOperand GemmOperand::Of(const MxTensor& t, const char* name) {
+  MXTRAIN_CHECK(t.defined(), "gemm: operand ", name, " is undefined");
+  MXTRAIN_CHECK(t.shape().rank() == 2, "gemm: operand ", name, " must be 2-D, got shape ",
+                t.shape().ToString());
+  MXTRAIN_CHECK(!t.groups().has_value(), "gemm: operand ", name,
+                " is token-grouped; use MxGroupedWgrad");
+  GemmOperand op;
+  op.data = t.data().data<uint8_t>();
+  op.scales = t.scales().data<uint8_t>();
+  op.format = t.format();
+  op.contract_rows = t.axis() == BlockAxis::kColumnwise;
+  op.free = op.contract_rows ? t.shape()[1] : t.shape()[0];
+  op.s = op.contract_rows ? t.shape()[0] : t.shape()[1];
+  op.blocks = CeilDiv(op.s, kMxBlock);
+  return op;
+}
+
+RowScaleStats RowScaleStats::Of(const GemmOperand& op) {
+  RowScaleStats st;
+  st.min_scale.assign(static_cast<size_t>(op.free), 255);
+  st.max_scale.assign(static_cast<size_t>(op.free), 0);
+  st.has_nan.assign(static_cast<size_t>(op.free), 0);
+  for (int64_t f = 0; f < op.free; ++f) {
+    for (int64_t kb = 0; kb < op.blocks; ++kb) {
+      const uint8_t b = op.Scale(f, kb);
+      if (b == kE8M0NaN) {
+        st.has_nan[f] = 1;
+        continue;
+      }
+      if (b >= st.min_scale[f] && b <= st.max_scale[f]) continue;  // inside the range already
+      // Only blocks with a non-zero element constrain the range (zero blocks get b = 0).
+      bool nonzero = false;
+      for (int64_t k = kb * kMxBlock; k < std::min(op.s, (kb + 1) * kMxBlock) && !nonzero; ++k) {
+        nonzero = (op.Code(f, k) & 0x7F) != 0;
+      }
+      if (!nonzero) continue;
+      st.min_scale[f] = std::min(st.min_scale[f], b);
+      st.max_scale[f] = std::max(st.max_scale[f], b);
+    }
+  }
+  return st;
+}
+
+bool ProductsAreExact(ElementFormat fa, uint8_t a_min, uint8_t a_max, ElementFormat fb,
+                      uint8_t b_min, uint8_t b_max) {
+  if (a_min > a_max || b_min > b_max) return true;  // a row of zeros
+  // Decoded values: 2^(MinExp + b - 127) >= 2^-126 and 2^(MaxExp + b - 127) <= 2^128.
+  const auto value_ok = [](ElementFormat f, int lo, int hi) {
+    return MinExp(f) + lo - 127 >= -126 && MaxExp(f) + hi - 127 <= 128;
+  };
+  if (!value_ok(fa, a_min, a_max) || !value_ok(fb, b_min, b_max)) return false;
+  // Products: no fp32 subnormal (nor overflow) either.
+  return MinExp(fa) + MinExp(fb) + a_min + b_min - 254 >= -126 &&
+         MaxExp(fa) + MaxExp(fb) + a_max + b_max - 254 <= 128;
+}
+
+}  // namespace mxtrain::internal

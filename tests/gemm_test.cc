@@ -1,0 +1,343 @@
+// MX GEMM: every path against the double-precision oracle within NUMERICS.md §7's bound,
+// the three training GEMMs, remainders, exact paths for extreme scales, NaN propagation,
+// bias, accumulation, bf16 output, grouped GEMM bit-identical to per-group dense GEMM, and
+// the errors.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "mxtrain/error.h"
+#include "mxtrain/gemm.h"
+#include "mxtrain/quantize.h"
+#include "test_util.h"
+
+namespace mxtrain {
+namespace {
+
+using testing_util::MakeF32;
+
+std::vector<float> RandomValues(int64_t n, uint64_t seed, int exp_lo, int exp_hi) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_int_distribution<int> e(exp_lo, exp_hi);
+  std::vector<float> v(static_cast<size_t>(n));
+  int region = e(rng);
+  for (int64_t i = 0; i < n; ++i) {
+    if (i % 64 == 0) region = e(rng);  // magnitudes change block to block
+    v[static_cast<size_t>(i)] = std::ldexp(normal(rng), region);
+  }
+  return v;
+}
+
+// Decoded operand row values in double, for the bound.
+double DecodedAt(const MxTensor& t, int64_t f, int64_t k) {
+  const bool rows = t.axis() == BlockAxis::kColumnwise;
+  const int64_t free = rows ? t.shape()[1] : t.shape()[0];
+  const int64_t s = rows ? t.shape()[0] : t.shape()[1];
+  const uint8_t code = rows ? t.data().data<uint8_t>()[k * free + f] : t.data().data<uint8_t>()[f * s + k];
+  const uint8_t b = rows ? t.scales().data<uint8_t>()[(k / 32) * free + f]
+                         : t.scales().data<uint8_t>()[f * CeilDiv(s, 32) + k / 32];
+  if (b == 0xFF) return NAN;
+  return std::ldexp(static_cast<double>(DecodeElement(t.format(), code)), b - 127);
+}
+
+// |C - C_exact| <= S * 2^-24 * sum |a b| + half an ulp of the output (NUMERICS.md §7),
+// with C_exact the oracle in double (recomputed here, unrounded).
+void ExpectWithinBound(const Tensor& c, const MxTensor& a, const MxTensor& b,
+                       const std::string& what, const Tensor* bias = nullptr,
+                       const Tensor* before = nullptr) {
+  const bool a_rows = a.axis() == BlockAxis::kColumnwise;
+  const bool b_rows = b.axis() == BlockAxis::kColumnwise;
+  const int64_t m = a_rows ? a.shape()[1] : a.shape()[0];
+  const int64_t n = b_rows ? b.shape()[1] : b.shape()[0];
+  const int64_t s = a_rows ? a.shape()[0] : a.shape()[1];
+  ASSERT_EQ(c.shape(), (Shape{m, n})) << what;
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      double exact = 0, abs_sum = 0;
+      for (int64_t k = 0; k < s; ++k) {
+        const double p = DecodedAt(a, i, k) * DecodedAt(b, j, k);
+        exact += p;
+        abs_sum += std::fabs(p);
+      }
+      if (before != nullptr) {
+        exact += before->data<float>()[i * n + j];
+        abs_sum += std::fabs(before->data<float>()[i * n + j]);
+      }
+      if (bias != nullptr) {
+        exact += bias->data<float>()[j];
+        abs_sum += std::fabs(bias->data<float>()[j]);
+      }
+      const double got = c.dtype() == DType::kF32 ? c.data<float>()[i * n + j]
+                                                  : Bf16ToF32(c.data<uint16_t>()[i * n + j]);
+      if (std::isnan(exact)) {
+        ASSERT_TRUE(std::isnan(got)) << what << " at " << i << "," << j;
+        continue;
+      }
+      if (std::isinf(static_cast<float>(exact))) {  // beyond fp32: rounds to +-Inf
+        ASSERT_EQ(got, static_cast<double>(static_cast<float>(exact))) << what << " at " << i << "," << j;
+        continue;
+      }
+      const double rounded = c.dtype() == DType::kF32 ? static_cast<double>(static_cast<float>(exact))
+                                                      : Bf16ToF32(F32ToBf16(static_cast<float>(exact)));
+      // Half an ulp of the output type: fp32 ulp / 2, or bf16's (2^16 fp32 ulps) / 2.
+      const float mag = std::max(std::fabs(static_cast<float>(exact)), static_cast<float>(std::fabs(rounded)));
+      const double ulp_half = (std::nextafter(mag, INFINITY) - mag) * (c.dtype() == DType::kF32 ? 0.5 : 32768.0);
+      const double bound = (s + 2) * std::ldexp(1.0, -24) * abs_sum + ulp_half + 1e-300;
+      ASSERT_LE(std::fabs(got - exact), bound)
+          << what << " at " << i << "," << j << ": got " << got << " exact " << exact;
+    }
+  }
+}
+
+struct Operands {
+  MxTensor x_row, w_row, w_col, dy_row, dy_col, x_col;
+};
+
+Operands MakeTrainingOperands(int64_t m, int64_t n, int64_t k, uint64_t seed, int lo, int hi,
+                              ElementFormat grad_format = ElementFormat::kE4M3, int w_lo = 999,
+                              int w_hi = 999) {
+  if (w_lo == 999) w_lo = lo, w_hi = hi;
+  const Tensor x = MakeF32({m, k}, RandomValues(m * k, seed, lo, hi));
+  const Tensor w = MakeF32({n, k}, RandomValues(n * k, seed + 1, w_lo, w_hi));
+  const Tensor dy = MakeF32({m, n}, RandomValues(m * n, seed + 2, lo, hi));
+  const QuantizeOptions q{};
+  const QuantizeOptions g{grad_format, ScaleRule::kRceil};
+  const DualMx xd = QuantizeDual(x, q), wd = QuantizeDual(w, q), dyd = QuantizeDual(dy, g);
+  return {xd.rowwise, wd.rowwise, wd.columnwise, dyd.rowwise, dyd.columnwise, xd.columnwise};
+}
+
+TEST(Gemm, TrainingGemmsEveryPathWithinBound) {
+  for (const std::string& path : AvailableGemmPaths()) {
+    ForceGemmPath(path);
+    for (auto [lo, hi] : {std::pair{-3, 3}, std::pair{-60, -40}, std::pair{30, 50}}) {
+      const Operands o = MakeTrainingOperands(37, 45, 70, 7 + lo, lo, hi);
+      const std::string tag = path + " exps " + std::to_string(lo);
+      ExpectWithinBound(MxGemm(o.x_row, o.w_row), o.x_row, o.w_row, "fprop " + tag);
+      ExpectWithinBound(MxGemm(o.dy_row, o.w_col), o.dy_row, o.w_col, "dgrad " + tag);
+      ExpectWithinBound(MxGemm(o.dy_col, o.x_col), o.dy_col, o.x_col, "wgrad " + tag);
+    }
+  }
+  ForceGemmPath("");
+}
+
+TEST(Gemm, ShapeSweepRemainders) {
+  uint64_t seed = 100;
+  for (const std::string& path : AvailableGemmPaths()) {
+    ForceGemmPath(path);
+    for (int64_t m : {1, 2, 15, 16, 17, 33, 70}) {
+      for (int64_t n : {1, 3, 16, 31, 48, 70}) {
+        for (int64_t k : {1, 5, 31, 32, 33, 64, 70}) {
+          const Tensor a = MakeF32({m, k}, RandomValues(m * k, ++seed, -2, 2));
+          const Tensor b = MakeF32({n, k}, RandomValues(n * k, ++seed, -2, 2));
+          const MxTensor qa = QuantizeRowwise(a, {}), qb = QuantizeRowwise(b, {});
+          ExpectWithinBound(MxGemm(qa, qb), qa, qb,
+                            StrCat(path, " ", m, "x", n, "x", k, " seed ", seed));
+        }
+      }
+    }
+  }
+  ForceGemmPath("");
+}
+
+TEST(Gemm, ExtremeScalesTakeTheExactPath) {
+  // Scale bytes below ~10 make decoded values bf16/fp32 subnormal, which AMX would flush.
+  for (const std::string& path : AvailableGemmPaths()) {
+    ForceGemmPath(path);
+    // x and w magnitudes: both tiny (decoded values and products subnormal), both large
+    // (products overflow to Inf), one near the top of fp32 and one near the bottom (decoded
+    // values overflow or underflow though the products are ordinary).
+    const int ranges[][4] = {{-125, -118, -125, -118}, {-135, -125, -10, 0}, {100, 110, 20, 30},
+                             {118, 126, -126, -118}, {-60, -50, -70, -60}};
+    for (const auto& r : ranges) {
+      const Operands o = MakeTrainingOperands(20, 40, 96, 55, r[0], r[1], ElementFormat::kE4M3, r[2], r[3]);
+      ExpectWithinBound(MxGemm(o.x_row, o.w_row), o.x_row, o.w_row, StrCat(path, " fprop ", r[0], " ", r[2]));
+      ExpectWithinBound(MxGemm(o.x_row, o.w_row), o.x_row, o.w_row, StrCat(path, " fprop ", r[0]));
+    }
+    // One tiny row among normal ones: only its tiles go exact, results still in bound.
+    std::vector<float> v = RandomValues(32 * 64, 9, -1, 1);
+    for (int k = 0; k < 64; ++k) v[5 * 64 + k] = std::ldexp(v[5 * 64 + k], -125);
+    const MxTensor a = QuantizeRowwise(MakeF32({32, 64}, v), {});
+    const MxTensor b = QuantizeRowwise(MakeF32({24, 64}, RandomValues(24 * 64, 10, -1, 1)), {});
+    ExpectWithinBound(MxGemm(a, b), a, b, path + " mixed");
+  }
+  ForceGemmPath("");
+}
+
+TEST(Gemm, NaNBlocksPropagate) {
+  std::vector<float> v = RandomValues(40 * 96, 21, -1, 1);
+  v[7 * 96 + 40] = NAN;  // row 7, block 1
+  const MxTensor a = QuantizeRowwise(MakeF32({40, 96}, v), {});
+  const MxTensor b = QuantizeRowwise(MakeF32({20, 96}, RandomValues(20 * 96, 22, -1, 1)), {});
+  for (const std::string& path : AvailableGemmPaths()) {
+    ForceGemmPath(path);
+    const Tensor c = MxGemm(a, b);
+    for (int64_t i = 0; i < 40; ++i) {
+      for (int64_t j = 0; j < 20; ++j) {
+        EXPECT_EQ(std::isnan(c.data<float>()[i * 20 + j]), i == 7) << path << " " << i << "," << j;
+      }
+    }
+  }
+  ForceGemmPath("");
+}
+
+TEST(Gemm, HybridFormatsBiasAccumulateBf16) {
+  const Operands o = MakeTrainingOperands(33, 50, 64, 31, -4, 4, ElementFormat::kE5M2);
+  Tensor bias = MakeF32({50}, RandomValues(50, 5, -2, 2));
+  for (const std::string& path : AvailableGemmPaths()) {
+    ForceGemmPath(path);
+    // E5M2 gradients times E4M3 weights (HYBRID).
+    ExpectWithinBound(MxGemm(o.dy_row, o.w_col), o.dy_row, o.w_col, path + " hybrid dgrad");
+    GemmOptions with_bias;
+    with_bias.bias = &bias;
+    ExpectWithinBound(MxGemm(o.x_row, o.w_row, with_bias), o.x_row, o.w_row, path + " bias", &bias);
+    GemmOptions bf16;
+    bf16.out_dtype = DType::kBF16;
+    const Tensor yb = MxGemm(o.x_row, o.w_row, bf16);
+    EXPECT_EQ(yb.dtype(), DType::kBF16);
+    ExpectWithinBound(yb, o.x_row, o.w_row, path + " bf16");
+    // Accumulate into main_grad twice: C = before + dW.
+    Tensor main_grad = MakeF32({50, 64}, RandomValues(50 * 64, 6, -1, 1));
+    const Tensor before = MakeF32({50, 64}, std::vector<float>(main_grad.data<float>(),
+                                                               main_grad.data<float>() + 50 * 64));
+    GemmOptions acc;
+    acc.accumulate = &main_grad;
+    const Tensor r = MxGemm(o.dy_col, o.x_col, acc);
+    EXPECT_EQ(r.raw(), main_grad.raw());  // in place
+    ExpectWithinBound(main_grad, o.dy_col, o.x_col, path + " accumulate", nullptr, &before);
+  }
+  ForceGemmPath("");
+}
+
+TEST(Gemm, FastPathsMatchReferenceClosely) {
+  // The oracle function in the library agrees with the in-test bound check.
+  const Operands o = MakeTrainingOperands(30, 20, 100, 77, -3, 3);
+  ExpectWithinBound(ref::MxGemm(o.x_row, o.w_row), o.x_row, o.w_row, "ref fprop");
+  ExpectWithinBound(ref::MxGemm(o.dy_col, o.x_col), o.dy_col, o.x_col, "ref wgrad");
+}
+
+TEST(Gemm, MismatchesRaise) {
+  const Operands o = MakeTrainingOperands(32, 48, 64, 1, -1, 1);
+  EXPECT_THROW(MxGemm(o.x_row, o.w_col), Error);   // contracts 64 vs 48
+  EXPECT_THROW(MxGemm(o.dy_row, o.w_row), Error);  // contracts 48 vs 64
+  const MxTensor three = QuantizeRowwise(Tensor::Zeros(DType::kF32, {2, 4, 64}), {});
+  EXPECT_THROW(MxGemm(three, o.w_row), Error);
+  Tensor bad_bias = Tensor::Zeros(DType::kF32, {47});
+  GemmOptions ob;
+  ob.bias = &bad_bias;
+  EXPECT_THROW(MxGemm(o.x_row, o.w_row, ob), Error);
+  Tensor bad_acc = Tensor::Zeros(DType::kF32, {32, 47});
+  GemmOptions oa;
+  oa.accumulate = &bad_acc;
+  EXPECT_THROW(MxGemm(o.x_row, o.w_row, oa), Error);
+  GemmOptions ou;
+  ou.out_dtype = DType::kU8;
+  EXPECT_THROW(MxGemm(o.x_row, o.w_row, ou), Error);
+  EXPECT_THROW(ForceGemmPath("tpu"), Error);
+}
+
+// --- Grouped ---------------------------------------------------------------------------
+
+TEST(GroupedGemm, FpropAndDgradEqualDensePerGroup) {
+  const int64_t m = 150, k = 96, n = 40, experts = 5;
+  const std::vector<int64_t> counts{31, 0, 64, 1, 54};
+  const GroupList groups = GroupList::Make(counts, GroupListType::kCounts, m);
+  const Tensor x = MakeF32({m, k}, RandomValues(m * k, 41, -2, 2));
+  const Tensor w = MakeF32({experts, n, k}, RandomValues(experts * n * k, 42, -2, 2));
+  const Tensor dy = MakeF32({m, n}, RandomValues(m * n, 43, -2, 2));
+  const MxTensor xq = QuantizeRowwise(x, {});
+  const DualMx wq = QuantizeDual(w, {});
+  const MxTensor dyq = QuantizeRowwise(dy, {});
+  Tensor bias = MakeF32({experts, n}, RandomValues(experts * n, 44, -1, 1));
+  for (const std::string& path : AvailableGemmPaths()) {
+    ForceGemmPath(path);
+    GemmOptions ob;
+    ob.bias = &bias;
+    const Tensor y = MxGroupedGemm(xq, wq.rowwise, groups, ob);
+    const Tensor dx = MxGroupedGemm(dyq, wq.columnwise, groups);
+    ASSERT_EQ(y.shape(), (Shape{m, n}));
+    ASSERT_EQ(dx.shape(), (Shape{m, k}));
+    for (int e = 0; e < experts; ++e) {
+      if (groups.size(e) == 0) continue;
+      Tensor be = bias.Slice(e, e + 1).Reshape({n});
+      GemmOptions oe;
+      oe.bias = &be;
+      const Tensor ye = MxGemm(xq.Rows(groups.begin(e), groups.end(e)), wq.rowwise.Matrix(e), oe);
+      const Tensor dxe = MxGemm(dyq.Rows(groups.begin(e), groups.end(e)), wq.columnwise.Matrix(e));
+      EXPECT_EQ(std::memcmp(ye.raw(), y.data<float>() + groups.begin(e) * n, ye.NumBytes()), 0) << e;
+      EXPECT_EQ(std::memcmp(dxe.raw(), dx.data<float>() + groups.begin(e) * k, dxe.NumBytes()), 0) << e;
+      ExpectWithinBound(dxe, dyq.Rows(groups.begin(e), groups.end(e)), wq.columnwise.Matrix(e),
+                        path + " grouped dgrad");
+    }
+  }
+  ForceGemmPath("");
+}
+
+TEST(GroupedGemm, SeedLayoutEKN) {
+  // W stored [E, K, N]: fprop contracts K, its axis -2, so W goes in columnwise.
+  const int64_t m = 70, k = 64, n = 33, experts = 2;
+  const GroupList groups = GroupList::Make(std::vector<int64_t>{30, 40}, GroupListType::kCounts, m);
+  const std::vector<float> wv = RandomValues(experts * n * k, 52, -1, 1);
+  std::vector<float> w_ekn(wv.size());
+  for (int64_t e = 0; e < experts; ++e)
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t c = 0; c < k; ++c) w_ekn[(e * k + c) * n + r] = wv[(e * n + r) * k + c];
+  const MxTensor xq = QuantizeRowwise(MakeF32({m, k}, RandomValues(m * k, 51, -1, 1)), {});
+  const MxTensor w_enk = QuantizeRowwise(MakeF32({experts, n, k}, wv), {});
+  const MxTensor w_kn = QuantizeColumnwise(MakeF32({experts, k, n}, w_ekn), {});
+  const Tensor a = MxGroupedGemm(xq, w_enk, groups);
+  const Tensor b = MxGroupedGemm(xq, w_kn, groups);
+  // Same blocks (32 along K) hold the same values, so the quantized operands are equal and
+  // so are the products.
+  EXPECT_EQ(std::memcmp(a.raw(), b.raw(), a.NumBytes()), 0);
+}
+
+TEST(GroupedGemm, WgradPerGroupAndEmptyGroups) {
+  const int64_t m = 130, k = 48, n = 36;
+  const std::vector<int64_t> counts{40, 0, 57, 33};
+  const GroupList groups = GroupList::Make(counts, GroupListType::kCounts, m);
+  const MxTensor dyq = QuantizeGrouped(MakeF32({m, n}, RandomValues(m * n, 61, -2, 2)), groups, {});
+  const MxTensor xq = QuantizeGrouped(MakeF32({m, k}, RandomValues(m * k, 62, -2, 2)), groups, {});
+  for (const std::string& path : AvailableGemmPaths()) {
+    ForceGemmPath(path);
+    const Tensor dw = MxGroupedWgrad(dyq, xq);
+    ASSERT_EQ(dw.shape(), (Shape{4, n, k}));
+    for (int e = 0; e < 4; ++e) {
+      const float* got = dw.data<float>() + e * n * k;
+      if (groups.size(e) == 0) {
+        for (int64_t i = 0; i < n * k; ++i) ASSERT_EQ(got[i], 0.0f);
+        continue;
+      }
+      const Tensor dense = MxGemm(dyq.Group(e), xq.Group(e));
+      EXPECT_EQ(std::memcmp(dense.raw(), got, dense.NumBytes()), 0) << path << " expert " << e;
+      ExpectWithinBound(dense, dyq.Group(e), xq.Group(e), path + " grouped wgrad");
+    }
+    // Accumulating: the empty group's slice stays untouched.
+    Tensor main_grad = Tensor::Empty(DType::kF32, {4, n, k});
+    for (int64_t i = 0; i < 4 * n * k; ++i) main_grad.data<float>()[i] = 1.5f;
+    GemmOptions acc;
+    acc.accumulate = &main_grad;
+    MxGroupedWgrad(dyq, xq, acc);
+    for (int64_t i = 0; i < n * k; ++i) ASSERT_EQ(main_grad.data<float>()[1 * n * k + i], 1.5f);
+  }
+  ForceGemmPath("");
+}
+
+TEST(GroupedGemm, BadInputsRaise) {
+  const GroupList g2 = GroupList::Make(std::vector<int64_t>{10, 22}, GroupListType::kCounts, 32);
+  const MxTensor xq = QuantizeRowwise(Tensor::Zeros(DType::kF32, {32, 64}), {});
+  const MxTensor w3 = QuantizeRowwise(Tensor::Zeros(DType::kF32, {3, 16, 64}), {});
+  EXPECT_THROW(MxGroupedGemm(xq, w3, g2), Error);  // 2 groups, 3 experts
+  const MxTensor w2k = QuantizeRowwise(Tensor::Zeros(DType::kF32, {2, 16, 32}), {});
+  EXPECT_THROW(MxGroupedGemm(xq, w2k, g2), Error);  // contracts 64 vs 32
+  const GroupList other = GroupList::Make(std::vector<int64_t>{16, 16}, GroupListType::kCounts, 32);
+  const MxTensor a = QuantizeGrouped(Tensor::Zeros(DType::kF32, {32, 8}), g2, {});
+  const MxTensor b = QuantizeGrouped(Tensor::Zeros(DType::kF32, {32, 8}), other, {});
+  EXPECT_THROW(MxGroupedWgrad(a, b), Error);
+  EXPECT_THROW(MxGroupedWgrad(xq, xq), Error);  // not token-grouped
+}
+
+}  // namespace
+}  // namespace mxtrain
