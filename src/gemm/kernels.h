@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "gemm/amx.h"
 #include "gemm/operand.h"
 
 namespace mxtrain::internal {
@@ -30,8 +31,7 @@ bool TileIsSafe(const GemmProblem& p, int64_t ti, int64_t tj);
 using GemmKernel = void (*)(const GemmProblem& p, std::vector<uint8_t>& skipped);
 
 void GemmPortable(const GemmProblem& p, std::vector<uint8_t>& skipped);
-// AMX-BF16; only called when AmxAvailable().
+// AMX-BF16; only called when AmxAvailable() (gemm/amx.h).
 void GemmAmx(const GemmProblem& p, std::vector<uint8_t>& skipped);
-bool AmxAvailable();
 
 }  // namespace mxtrain::internal

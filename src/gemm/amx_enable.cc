@@ -1,0 +1,29 @@
+#include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "gemm/amx.h"
+
+namespace mxtrain::internal {
+namespace {
+
+constexpr int kArchReqXcompPerm = 0x1023;
+constexpr int kXfeatureXtiledata = 18;
+
+bool CheckAndRequest() {
+  unsigned eax, ebx, ecx, edx;
+  if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return false;
+  const bool amx_bf16 = (edx >> 22) & 1;
+  const bool amx_tile = (edx >> 24) & 1;
+  if (!amx_bf16 || !amx_tile) return false;
+  return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+}
+
+}  // namespace
+
+bool AmxAvailable() {
+  static const bool available = CheckAndRequest();
+  return available;
+}
+
+}  // namespace mxtrain::internal
