@@ -238,6 +238,26 @@ TEST(Gemm, MismatchesRaise) {
   EXPECT_THROW(ForceGemmPath("tpu"), Error);
 }
 
+TEST(Gemm, EmptyShapes) {
+  for (const std::string& path : AvailableGemmPaths()) {
+    ForceGemmPath(path);
+    const MxTensor a = QuantizeRowwise(Tensor::Zeros(DType::kF32, {3, 0}), {});
+    const MxTensor b = QuantizeRowwise(Tensor::Zeros(DType::kF32, {4, 0}), {});
+    const Tensor c = MxGemm(a, b);  // empty contraction: zeros
+    ASSERT_EQ(c.shape(), (Shape{3, 4}));
+    for (int i = 0; i < 12; ++i) EXPECT_EQ(c.data<float>()[i], 0.0f) << path;
+    Tensor acc = MakeF32({3, 4}, std::vector<float>(12, 2.5f));
+    GemmOptions o;
+    o.accumulate = &acc;
+    MxGemm(a, b, o);
+    for (int i = 0; i < 12; ++i) EXPECT_EQ(acc.data<float>()[i], 2.5f) << path;
+    const MxTensor none = QuantizeRowwise(Tensor::Zeros(DType::kF32, {0, 64}), {});
+    const MxTensor w = QuantizeRowwise(Tensor::Zeros(DType::kF32, {5, 64}), {});
+    EXPECT_EQ(MxGemm(none, w).shape(), (Shape{0, 5}));
+  }
+  ForceGemmPath("");
+}
+
 // --- Grouped ---------------------------------------------------------------------------
 
 TEST(GroupedGemm, FpropAndDgradEqualDensePerGroup) {

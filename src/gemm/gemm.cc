@@ -63,10 +63,12 @@ Checked CheckOperands(const MxTensor& a, const MxTensor& b, const GemmOptions& o
   return c;
 }
 
-// The fp32 result buffer: the accumulator itself, or a new zeroed tensor.
+// The fp32 result buffer: the accumulator itself, or a new tensor (zeroed only when no
+// kernel will write it: an empty contraction).
 Tensor ResultBuffer(const Checked& c, const GemmOptions& o) {
   if (o.accumulate != nullptr) return *o.accumulate;
-  return Tensor::Zeros(DType::kF32, {c.a.free, c.b.free}, o.category);
+  if (c.a.s == 0) return Tensor::Zeros(DType::kF32, {c.a.free, c.b.free}, o.category);
+  return Tensor::Empty(DType::kF32, {c.a.free, c.b.free}, o.category);
 }
 
 // Adds the bias and rounds to the output dtype.
@@ -143,11 +145,13 @@ Tensor MxGemm(const MxTensor& a, const MxTensor& b, const GemmOptions& options) 
   const RowScaleStats a_stats = RowScaleStats::Of(c.a);
   const RowScaleStats b_stats = RowScaleStats::Of(c.b);
   const int threads = options.threads > 0 ? options.threads : omp_get_max_threads();
-  const GemmProblem p{c.a, c.b, &a_stats, &b_stats, c32.data<float>(), threads};
+  const bool overwrite = options.accumulate == nullptr;
+  const GemmProblem p{c.a, c.b, &a_stats, &b_stats, c32.data<float>(), overwrite, threads};
   const int64_t tiles_i = CeilDiv(c.a.free, internal::kGemmTile);
   const int64_t tiles_j = CeilDiv(c.b.free, internal::kGemmTile);
+  // With an empty contraction C is already final (zeros or the accumulator).
   std::vector<uint8_t> skipped(static_cast<size_t>(tiles_i * tiles_j), 0);
-  if (c.a.free > 0 && c.b.free > 0) ChooseKernel()(p, skipped);
+  if (c.a.free > 0 && c.b.free > 0 && c.a.s > 0) ChooseKernel()(p, skipped);
   // The exact path: tiles with NaN blocks or scales that leave fp32's normal range.
   const int64_t cols = c.b.free;
 #pragma omp parallel for num_threads(threads) schedule(dynamic)
@@ -157,7 +161,8 @@ Tensor MxGemm(const MxTensor& a, const MxTensor& b, const GemmOptions& options) 
     for (int64_t i = ti * internal::kGemmTile; i < std::min(c.a.free, (ti + 1) * internal::kGemmTile); ++i) {
       for (int64_t j = tj * internal::kGemmTile; j < std::min(cols, (tj + 1) * internal::kGemmTile); ++j) {
         float& out = p.c[i * cols + j];
-        out = static_cast<float>(static_cast<double>(out) + ExactDot(c.a, c.b, i, j));
+        const double before = overwrite ? 0.0 : static_cast<double>(out);
+        out = static_cast<float>(before + ExactDot(c.a, c.b, i, j));
       }
     }
   }
@@ -173,7 +178,8 @@ Tensor MxGemm(const MxTensor& a, const MxTensor& b, const GemmOptions& options) 
   float* out = c32.data<float>();
   for (int64_t i = 0; i < rows; ++i) {
     for (int64_t j = 0; j < cols; ++j) {
-      double v = static_cast<double>(out[i * cols + j]) + ExactDot(c.a, c.b, i, j);
+      const double before = options.accumulate != nullptr ? out[i * cols + j] : 0.0;
+      double v = before + ExactDot(c.a, c.b, i, j);
       if (options.bias != nullptr) v += options.bias->data<float>()[j];
       out[i * cols + j] = static_cast<float>(v);  // rounded once
     }

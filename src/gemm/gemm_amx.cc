@@ -17,17 +17,15 @@
 #include "mxtrain/format/bits.h"
 #include "mxtrain/tensor.h"
 
-
-
 #define MXTRAIN_AMX __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw")))
 
 namespace mxtrain::internal {
 namespace {
 
-constexpr int64_t kBlockDim = 32;          // C block edge: 2x2 tiles of 16x16
-constexpr int64_t kTileElems = 16 * 32;    // bf16 elements per A or B tile (1 KiB)
-constexpr int64_t kChunkBlocks = 16;       // K blocks (of 32) per pass over C: 512 K
-constexpr int64_t kColumnPanels = 8;       // 32-column panels per thread work item: 256
+constexpr int64_t kBlockDim = 32;        // C block edge: 2x2 tiles of 16x16
+constexpr int64_t kTileElems = 16 * 32;  // bf16 elements per A or B tile (1 KiB)
+constexpr int64_t kChunkBlocks = 32;    // K blocks (of 32) per pass over C: 4096 K
+constexpr int64_t kColumnPanels = 4;     // 32-column panels per thread work item: 128
 
 struct alignas(64) TileConfig {
   uint8_t palette_id = 1;
@@ -78,9 +76,9 @@ MXTRAIN_AMX inline __m512i DecodeBf16x32(ElementFormat f, __m256i codes, __m512i
   __mmask32 nonfinite, subnormal;
   if (f == ElementFormat::kE4M3) {
     // bf16 of m * 2^-9 for m = 0..7 (only the first 8 entries are used).
-    const __m512i table = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-                                           0, 0, 0, 0, 0, 0, 0x3C60, 0x3C40, 0x3C20, 0x3C00,
-                                           0x3BC0, 0x3B80, 0x3B00, 0);
+    const __m512i table =
+        _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                         0x3C60, 0x3C40, 0x3C20, 0x3C00, 0x3BC0, 0x3B80, 0x3B00, 0);
     v = _mm512_add_epi16(_mm512_slli_epi16(mag, 4), _mm512_set1_epi16(120 << 7));
     subnormal = _mm512_cmplt_epu16_mask(mag, _mm512_set1_epi16(8));
     v = _mm512_mask_blend_epi16(subnormal, v, _mm512_permutexvar_epi16(mag, table));
@@ -88,8 +86,8 @@ MXTRAIN_AMX inline __m512i DecodeBf16x32(ElementFormat f, __m256i codes, __m512i
     v = _mm512_mask_blend_epi16(nonfinite, v, _mm512_set1_epi16(0x7FC0));
   } else {
     // bf16 of m * 2^-16 for m = 0..3.
-    const __m512i table = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-                                           0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x3840, 0x3800, 0x3780, 0);
+    const __m512i table = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                                           0, 0, 0, 0, 0, 0, 0, 0, 0, 0x3840, 0x3800, 0x3780, 0);
     v = _mm512_add_epi16(_mm512_slli_epi16(mag, 5), _mm512_set1_epi16(112 << 7));
     subnormal = _mm512_cmplt_epu16_mask(mag, _mm512_set1_epi16(4));
     v = _mm512_mask_blend_epi16(subnormal, v, _mm512_permutexvar_epi16(mag, table));
@@ -109,7 +107,8 @@ MXTRAIN_AMX inline __m512i BroadcastOffset(uint8_t scale) {
 
 // Offsets for 32 consecutive scale bytes (columnwise storage: one scale per column).
 MXTRAIN_AMX inline __m512i OffsetsOf(const uint8_t* scales) {
-  const __m512i b = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales)));
+  const __m512i b =
+      _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales)));
   return _mm512_slli_epi16(_mm512_sub_epi16(b, _mm512_set1_epi16(127)), 7);
 }
 
@@ -123,7 +122,8 @@ MXTRAIN_AMX void DecodeRowBlock(const GemmOperand& op, const Bf16Table& table, i
     return;
   }
   if (!op.contract_rows && k0 + 32 <= op.s) {
-    const __m256i codes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(op.data + f * op.s + k0));
+    const __m256i codes =
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(op.data + f * op.s + k0));
     _mm512_storeu_si512(out, DecodeBf16x32(op.format, codes, BroadcastOffset(op.Scale(f, kb))));
     return;
   }
@@ -142,8 +142,10 @@ MXTRAIN_AMX void DecodeStorageRow(const GemmOperand& op, const Bf16Table& table,
   }
   const int64_t kb = k / 32;
   if (f0 + 32 <= op.free) {
-    const __m256i codes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(op.data + k * op.free + f0));
-    _mm512_storeu_si512(out, DecodeBf16x32(op.format, codes, OffsetsOf(op.scales + kb * op.free + f0)));
+    const __m256i codes =
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(op.data + k * op.free + f0));
+    _mm512_storeu_si512(out,
+                        DecodeBf16x32(op.format, codes, OffsetsOf(op.scales + kb * op.free + f0)));
     return;
   }
   for (int64_t c = 0; c < 32; ++c) {
@@ -166,7 +168,8 @@ MXTRAIN_AMX void PackATiles(const GemmOperand& op, const Bf16Table& table, int64
   // Columnwise storage [S, I]: decode 32 storage rows of 32 free indices, transpose.
   alignas(64) uint16_t rows[32][32];
   for (int64_t kb = 0; kb < kbs; ++kb) {
-    for (int64_t c = 0; c < 32; ++c) DecodeStorageRow(op, table, kb * 32 + c, (ti / 2) * 32, rows[c]);
+    for (int64_t c = 0; c < 32; ++c)
+      DecodeStorageRow(op, table, kb * 32 + c, (ti / 2) * 32, rows[c]);
     uint16_t* tile = dst + (ti * kbs + kb) * kTileElems;
     const int64_t col0 = (ti % 2) * 16;
     for (int64_t r = 0; r < 16; ++r) {
@@ -177,7 +180,8 @@ MXTRAIN_AMX void PackATiles(const GemmOperand& op, const Bf16Table& table, int64
 
 Tensor PackA(const GemmOperand& op, int64_t rows_pad, int64_t kbs, int threads) {
   const Bf16Table table(op.format);
-  Tensor out = Tensor::Empty(DType::kBF16, {rows_pad / 16, kbs, kTileElems}, MemoryCategory::kWorkspace);
+  Tensor out =
+      Tensor::Empty(DType::kBF16, {rows_pad / 16, kbs, kTileElems}, MemoryCategory::kWorkspace);
   uint16_t* dst = out.data<uint16_t>();
 #pragma omp parallel for num_threads(threads) schedule(static)
   for (int64_t ti = 0; ti < rows_pad / 16; ++ti) PackATiles(op, table, ti, kbs, dst);
@@ -192,10 +196,12 @@ MXTRAIN_AMX void PackBTilePair(const GemmOperand& op, const Bf16Table& table, in
   alignas(64) uint16_t rows[32][32];
   // Pair-interleaving indices: output row p of tile t takes (row 2p, row 2p+1) of columns
   // 16 t .. 16 t + 15, i.e. lanes (n, 32 + n) of the concatenation of the two storage rows.
-  alignas(64) static const uint16_t kLo[32] = {0, 32, 1, 33, 2, 34, 3, 35, 4, 36, 5, 37, 6, 38, 7, 39,
-                                               8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
-  alignas(64) static const uint16_t kHi[32] = {16, 48, 17, 49, 18, 50, 19, 51, 20, 52, 21, 53, 22, 54, 23, 55,
-                                               24, 56, 25, 57, 26, 58, 27, 59, 28, 60, 29, 61, 30, 62, 31, 63};
+  alignas(64) static const uint16_t kLo[32] = {0,  32, 1,  33, 2,  34, 3,  35, 4,  36, 5,
+                                               37, 6,  38, 7,  39, 8,  40, 9,  41, 10, 42,
+                                               11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
+  alignas(64) static const uint16_t kHi[32] = {16, 48, 17, 49, 18, 50, 19, 51, 20, 52, 21,
+                                               53, 22, 54, 23, 55, 24, 56, 25, 57, 26, 58,
+                                               27, 59, 28, 60, 29, 61, 30, 62, 31, 63};
   const __m512i lo_idx = _mm512_load_si512(kLo), hi_idx = _mm512_load_si512(kHi);
   for (int64_t kb = 0; kb < kbs; ++kb) {
     uint16_t* tile0 = dst + ((2 * tp) * kbs + kb) * kTileElems;
@@ -222,7 +228,8 @@ MXTRAIN_AMX void PackBTilePair(const GemmOperand& op, const Bf16Table& table, in
 
 Tensor PackB(const GemmOperand& op, int64_t cols_pad, int64_t kbs, int threads) {
   const Bf16Table table(op.format);
-  Tensor out = Tensor::Empty(DType::kBF16, {cols_pad / 16, kbs, kTileElems}, MemoryCategory::kWorkspace);
+  Tensor out =
+      Tensor::Empty(DType::kBF16, {cols_pad / 16, kbs, kTileElems}, MemoryCategory::kWorkspace);
   uint16_t* dst = out.data<uint16_t>();
 #pragma omp parallel for num_threads(threads) schedule(static)
   for (int64_t tp = 0; tp < cols_pad / 32; ++tp) PackBTilePair(op, table, tp, kbs, dst);
@@ -231,13 +238,22 @@ Tensor PackB(const GemmOperand& op, int64_t cols_pad, int64_t kbs, int threads) 
 
 // C[32x32] (row stride ldc floats) += A panel (tiles a, a + kbs) . B panel (tiles b, b + kbs)
 // over K blocks [kb0, kb1).
-MXTRAIN_AMX void Block(const uint16_t* a, const uint16_t* b, int64_t kbs, int64_t kb0,
-                       int64_t kb1, float* c, int64_t ldc) {
+// load_c: false when C is known to be zero (first K chunk, no accumulator): the tiles
+// start from zero instead of a load from memory.
+MXTRAIN_AMX void Block(const uint16_t* a, const uint16_t* b, int64_t kbs, int64_t kb0, int64_t kb1,
+                       float* c, int64_t ldc, bool load_c) {
   const int64_t stride = ldc * static_cast<int64_t>(sizeof(float));
-  _tile_loadd(0, c, stride);
-  _tile_loadd(1, c + 16, stride);
-  _tile_loadd(2, c + 16 * ldc, stride);
-  _tile_loadd(3, c + 16 * ldc + 16, stride);
+  if (load_c) {
+    _tile_loadd(0, c, stride);
+    _tile_loadd(1, c + 16, stride);
+    _tile_loadd(2, c + 16 * ldc, stride);
+    _tile_loadd(3, c + 16 * ldc + 16, stride);
+  } else {
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+  }
   const uint16_t* a1 = a + kbs * kTileElems;
   const uint16_t* b1 = b + kbs * kTileElems;
   for (int64_t kb = kb0; kb < kb1; ++kb) {
@@ -283,7 +299,6 @@ void GemmAmx(const GemmProblem& p, std::vector<uint8_t>& skipped) {
       skipped[ti * tiles_j + tj] = block_ok[(ti / 2) * panels_j + tj / 2] ? 0 : 1;
     }
   }
-  if (kbs == 0) return;
 
   const Tensor a_pack = PackA(p.a, rows_pad, kbs, p.threads);
   const Tensor b_pack = PackB(p.b, cols_pad, kbs, p.threads);
@@ -291,39 +306,55 @@ void GemmAmx(const GemmProblem& p, std::vector<uint8_t>& skipped) {
   const uint16_t* b = b_pack.data<uint16_t>();
   const int64_t items = CeilDiv(panels_j, kColumnPanels);
 
+  // Work: (column item, row range) pairs. With enough row panels each thread takes its own
+  // share of the rows of every column item, so each streams only its part of A past the B
+  // tiles in its L2 (halving A traffic from L3 on 2 threads); otherwise threads split the
+  // column items.
+
 #pragma omp parallel num_threads(p.threads)
   {
     ConfigureTiles();
     alignas(64) float scratch[kBlockDim * kBlockDim];
-#pragma omp for schedule(dynamic)
-    for (int64_t item = 0; item < items; ++item) {
+    // C blocks of rows [pi_begin, pi_end) x column item `item`.
+    const auto run = [&](int64_t item, int64_t pi_begin, int64_t pi_end) {
       const int64_t pj0 = item * kColumnPanels;
       const int64_t pj1 = std::min(panels_j, pj0 + kColumnPanels);
-      for (int64_t kb0 = 0; kb0 < kbs; kb0 += kChunkBlocks) {
-        const int64_t kb1 = std::min(kbs, kb0 + kChunkBlocks);
-        for (int64_t pi = 0; pi < panels_i; ++pi) {
-          const uint16_t* a_panel = a + (2 * pi) * kbs * kTileElems;
+      for (int64_t pi = pi_begin; pi < pi_end; ++pi) {
+        const uint16_t* a_panel = a + (2 * pi) * kbs * kTileElems;
+        for (int64_t kb0 = 0; kb0 < kbs; kb0 += kChunkBlocks) {
+          const int64_t kb1 = std::min(kbs, kb0 + kChunkBlocks);
+          const bool load_c = kb0 > 0 || !p.overwrite;
           for (int64_t pj = pj0; pj < pj1; ++pj) {
             if (!block_ok[pi * panels_j + pj]) continue;
             const uint16_t* b_panel = b + (2 * pj) * kbs * kTileElems;
             const int64_t i0 = pi * kBlockDim, j0 = pj * kBlockDim;
             if (i0 + kBlockDim <= rows && j0 + kBlockDim <= cols) {
-              Block(a_panel, b_panel, kbs, kb0, kb1, p.c + i0 * cols + j0, cols);
+              Block(a_panel, b_panel, kbs, kb0, kb1, p.c + i0 * cols + j0, cols, load_c);
               continue;
             }
             // An edge block: through a zero-padded copy of the part of C that exists.
             const int64_t h = std::min(kBlockDim, rows - i0), w = std::min(kBlockDim, cols - j0);
             std::memset(scratch, 0, sizeof(scratch));
-            for (int64_t r = 0; r < h; ++r) {
+            for (int64_t r = 0; r < h && load_c; ++r) {
               std::memcpy(scratch + r * kBlockDim, p.c + (i0 + r) * cols + j0, w * sizeof(float));
             }
-            Block(a_panel, b_panel, kbs, kb0, kb1, scratch, kBlockDim);
+            Block(a_panel, b_panel, kbs, kb0, kb1, scratch, kBlockDim, load_c);
             for (int64_t r = 0; r < h; ++r) {
               std::memcpy(p.c + (i0 + r) * cols + j0, scratch + r * kBlockDim, w * sizeof(float));
             }
           }
         }
       }
+    };
+    const int64_t team = omp_get_num_threads();
+    if (panels_i >= 2 * team) {
+      const int64_t split = omp_get_thread_num();
+      for (int64_t item = 0; item < items; ++item) {
+        run(item, panels_i * split / team, panels_i * (split + 1) / team);
+      }
+    } else {
+#pragma omp for schedule(dynamic)
+      for (int64_t item = 0; item < items; ++item) run(item, 0, panels_i);
     }
     ReleaseTiles();
   }

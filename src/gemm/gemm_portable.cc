@@ -49,7 +49,7 @@ void GemmPortable(const GemmProblem& p, std::vector<uint8_t>& skipped) {
         float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
         for (int64_t k = 0; k < s_pad; ++k) sum += ar[k] * br[k];
-        p.c[i * cols + j] += sum;
+        p.c[i * cols + j] = (p.overwrite ? 0.0f : p.c[i * cols + j]) + sum;
       }
     }
   }

@@ -1,7 +1,7 @@
-// Internal: the GEMM paths. Each computes C[I, J] (fp32, row-major, holding the values to
-// accumulate onto) += A . B^T for every 16x16 output tile whose operand rows are all
+// Internal: the GEMM paths. Each computes C[I, J] (fp32, row-major) = A . B^T (overwrite)
+// or C += A . B^T (accumulate) for every 16x16 output tile whose operand rows are all
 // exact-safe (operand.h), and marks the tiles it skipped; the driver computes those with
-// the exact path.
+// the exact path. S > 0 and I, J > 0 when a kernel is called.
 #pragma once
 
 #include <cstdint>
@@ -21,6 +21,7 @@ struct GemmProblem {
   const RowScaleStats* a_stats;
   const RowScaleStats* b_stats;
   float* c;       // [I, J]
+  bool overwrite; // C holds nothing to keep (no accumulator): kernels write, not add
   int threads;
 };
 
