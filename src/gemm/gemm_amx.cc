@@ -24,7 +24,7 @@ namespace {
 
 constexpr int64_t kBlockDim = 32;        // C block edge: 2x2 tiles of 16x16
 constexpr int64_t kTileElems = 16 * 32;  // bf16 elements per A or B tile (1 KiB)
-constexpr int64_t kChunkBlocks = 32;    // K blocks (of 32) per pass over C: 4096 K
+constexpr int64_t kChunkBlocks = 32;     // K blocks (of 32) per pass over C: 4096 K
 constexpr int64_t kColumnPanels = 4;     // 32-column panels per thread work item: 128
 
 struct alignas(64) TileConfig {
@@ -154,6 +154,39 @@ MXTRAIN_AMX void DecodeStorageRow(const GemmOperand& op, const Bf16Table& table,
   }
 }
 
+// Transposes a 32x32 matrix of 16-bit values in place: five butterfly stages that swap
+// the off-diagonal b x b blocks (b = 16, 8, 4, 2, 1), two permutes per row pair each.
+MXTRAIN_AMX void Transpose32x32(uint16_t (*m)[32]) {
+  struct Indices {
+    alignas(64) uint16_t lo[5][32];
+    alignas(64) uint16_t hi[5][32];
+    Indices() {
+      for (int stage = 0; stage < 5; ++stage) {
+        const int b = 16 >> stage;
+        for (int c = 0; c < 32; ++c) {
+          lo[stage][c] = static_cast<uint16_t>((c & b) == 0 ? c : 32 + c - b);
+          hi[stage][c] = static_cast<uint16_t>((c & b) == 0 ? c + b : 32 + c);
+        }
+      }
+    }
+  };
+  static const Indices kIdx;
+  __m512i rows[32];
+  for (int r = 0; r < 32; ++r) rows[r] = _mm512_load_si512(m[r]);
+  for (int stage = 0; stage < 5; ++stage) {
+    const int b = 16 >> stage;
+    const __m512i lo = _mm512_load_si512(kIdx.lo[stage]);
+    const __m512i hi = _mm512_load_si512(kIdx.hi[stage]);
+    for (int i = 0; i < 32; ++i) {
+      if (i & b) continue;
+      const __m512i top = rows[i], bottom = rows[i + b];
+      rows[i] = _mm512_permutex2var_epi16(top, lo, bottom);
+      rows[i + b] = _mm512_permutex2var_epi16(top, hi, bottom);
+    }
+  }
+  for (int r = 0; r < 32; ++r) _mm512_store_si512(m[r], rows[r]);
+}
+
 // A (logical [I, S]) as 16x32 row tiles: tile (ti, kb) holds rows 16 ti.., K 32 kb..
 // Rows past I and K past S are zero.
 MXTRAIN_AMX void PackATiles(const GemmOperand& op, const Bf16Table& table, int64_t ti, int64_t kbs,
@@ -165,16 +198,15 @@ MXTRAIN_AMX void PackATiles(const GemmOperand& op, const Bf16Table& table, int64
     }
     return;
   }
-  // Columnwise storage [S, I]: decode 32 storage rows of 32 free indices, transpose.
+  // Columnwise storage [S, I]: 32 storage rows (K) of the 32 free indices of this tile
+  // pair, transposed; this call fills tile ti (rows 0-15 or 16-31 of the transpose).
   alignas(64) uint16_t rows[32][32];
   for (int64_t kb = 0; kb < kbs; ++kb) {
     for (int64_t c = 0; c < 32; ++c)
       DecodeStorageRow(op, table, kb * 32 + c, (ti / 2) * 32, rows[c]);
+    Transpose32x32(rows);
     uint16_t* tile = dst + (ti * kbs + kb) * kTileElems;
-    const int64_t col0 = (ti % 2) * 16;
-    for (int64_t r = 0; r < 16; ++r) {
-      for (int64_t c = 0; c < 32; ++c) tile[r * 32 + c] = rows[c][col0 + r];
-    }
+    std::memcpy(tile, rows[(ti % 2) * 16], 16 * 32 * sizeof(uint16_t));
   }
 }
 
@@ -185,6 +217,8 @@ Tensor PackA(const GemmOperand& op, int64_t rows_pad, int64_t kbs, int threads) 
   uint16_t* dst = out.data<uint16_t>();
 #pragma omp parallel for num_threads(threads) schedule(static)
   for (int64_t ti = 0; ti < rows_pad / 16; ++ti) PackATiles(op, table, ti, kbs, dst);
+  // (Columnwise storage decodes each 32-wide pair twice, once per tile: simple, and the
+  // decode is a small part of the GEMM.)
   return out;
 }
 
@@ -211,11 +245,8 @@ MXTRAIN_AMX void PackBTilePair(const GemmOperand& op, const Bf16Table& table, in
       for (int64_t c = 0; c < 32; ++c) DecodeStorageRow(op, table, kb * 32 + c, tp * 32, rows[c]);
     } else {
       // Storage rows are columns n: decode each, then read them transposed below.
-      alignas(64) uint16_t cols[32][32];
-      for (int64_t n = 0; n < 32; ++n) DecodeRowBlock(op, table, tp * 32 + n, kb, cols[n]);
-      for (int64_t c = 0; c < 32; ++c) {
-        for (int64_t n = 0; n < 32; ++n) rows[c][n] = cols[n][c];
-      }
+      for (int64_t n = 0; n < 32; ++n) DecodeRowBlock(op, table, tp * 32 + n, kb, rows[n]);
+      Transpose32x32(rows);
     }
     for (int64_t p = 0; p < 16; ++p) {
       const __m512i r0 = _mm512_load_si512(rows[2 * p]);
