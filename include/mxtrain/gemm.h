@@ -69,8 +69,9 @@ namespace ref {
 Tensor MxGemm(const MxTensor& a, const MxTensor& b, const GemmOptions& options = {});
 }  // namespace ref
 
-// Names of the GEMM paths this machine can run, best first ("amx-bf16", "avx512-bf16",
-// "fma-f32", "portable"), and forcing one for tests and benchmarks ("" = best).
+// Names of the GEMM paths this machine can run, best first: "amx-bf16" (AMX tiles),
+// "simd-f32" (fp32 FMA on the best Highway target, simd.h), "portable" (plain loops); and
+// forcing one for tests and benchmarks ("" = best).
 std::vector<std::string> AvailableGemmPaths();
 void ForceGemmPath(const std::string& name);
 std::string CurrentGemmPath();

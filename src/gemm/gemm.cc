@@ -90,6 +90,7 @@ Tensor Finish(Tensor c32, const GemmOptions& o) {
 internal::GemmKernel ChooseKernel() {
   const std::string path = CurrentGemmPath();
   if (path == "amx-bf16") return &internal::GemmAmx;
+  if (path == "simd-f32") return &internal::GemmSimd;
   return &internal::GemmPortable;
 }
 
@@ -117,6 +118,7 @@ bool TileIsSafe(const GemmProblem& p, int64_t ti, int64_t tj) {
 std::vector<std::string> AvailableGemmPaths() {
   std::vector<std::string> paths;
   if (internal::AmxAvailable()) paths.push_back("amx-bf16");
+  paths.push_back("simd-f32");
   paths.push_back("portable");
   return paths;
 }

@@ -32,6 +32,8 @@ bool TileIsSafe(const GemmProblem& p, int64_t ti, int64_t tj);
 using GemmKernel = void (*)(const GemmProblem& p, std::vector<uint8_t>& skipped);
 
 void GemmPortable(const GemmProblem& p, std::vector<uint8_t>& skipped);
+// Highway fp32 FMA microkernels on the best SIMD target (simd.h).
+void GemmSimd(const GemmProblem& p, std::vector<uint8_t>& skipped);
 // AMX-BF16; only called when AmxAvailable() (gemm/amx.h).
 void GemmAmx(const GemmProblem& p, std::vector<uint8_t>& skipped);
 
