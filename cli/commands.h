@@ -10,6 +10,8 @@ namespace mxtrain::cli {
 
 int RunQuantize(const std::vector<std::string>& args);
 int RunDequantize(const std::vector<std::string>& args);
+int RunGemm(const std::vector<std::string>& args);
+int RunGroupedGemm(const std::vector<std::string>& args);
 int RunBench(const std::vector<std::string>& args);
 int RunDemo(const std::vector<std::string>& args);
 

@@ -23,6 +23,8 @@ constexpr char kUsage[] = R"(usage: mxtrain <command> [arguments]
 commands:
   quantize     float32/bf16 .npy -> MXFP8 data and scales (.npy, uint8)
   dequantize   MXFP8 data and scales -> float32/bf16 .npy
+  gemm         C = A . B^T of float32/bf16 .npy operands quantized to MXFP8
+  grouped-gemm mixture-of-experts Y = X_e . W[e]^T per token group, quantized to MXFP8
   bench        quantization throughput of the kernels
   demo         quantize a built-in tensor every way and print the error table
 
@@ -39,6 +41,8 @@ struct CommandEntry {
 constexpr CommandEntry kCommands[] = {
     {"quantize", RunQuantize},
     {"dequantize", RunDequantize},
+    {"gemm", RunGemm},
+    {"grouped-gemm", RunGroupedGemm},
     {"bench", RunBench},
     {"demo", RunDemo},
 };
@@ -80,7 +84,8 @@ int Main(const std::vector<std::string>& args) {
   }
   const Command command = FindCommand(name);
   MXTRAIN_CHECK(command != nullptr, "unknown command '", name,
-                "' (expected quantize, dequantize, bench or demo; see mxtrain --help)");
+                "' (expected quantize, dequantize, gemm, grouped-gemm, bench or demo; ",
+                "see mxtrain --help)");
   return command(rest);
 }
 
