@@ -1,6 +1,7 @@
 // `mxtrain bench quantize [--reps N] [--threads T] [--dtype f32|bf16] [--case KIND]
-//  [--shape MxK] [--simd TARGET]` and `mxtrain bench --list`: JSON lines from the library's
-// benchmark table (mxtrain/bench.h).
+//  [--shape MxK] [--simd TARGET]`, `mxtrain bench gemm [--reps N] [--threads T]
+//  [--case NAME] [--path NAME]` and `mxtrain bench --list`: JSON lines from the library's
+// benchmark tables (mxtrain/bench.h).
 #include <iostream>
 #include <string>
 #include <vector>
@@ -9,6 +10,7 @@
 #include "commands.h"
 #include "mxtrain/bench.h"
 #include "mxtrain/error.h"
+#include "mxtrain/gemm.h"
 #include "mxtrain/simd.h"
 
 namespace mxtrain::cli {
@@ -17,7 +19,11 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: mxtrain bench quantize [--reps N] [--threads 1|2] [--dtype f32|bf16] "
-    "[--case rowwise|colwise|dual|grouped] [--shape MxK] [--simd TARGET] | mxtrain bench --list";
+    "[--case rowwise|colwise|dual|grouped] [--shape MxK] [--simd TARGET]\n"
+    "       mxtrain bench gemm [--reps N] [--threads T] [--case NAME] [--path PATH]\n"
+    "       mxtrain bench --list\n"
+    "gemm --case NAME runs the case NAME, or every case whose name starts with NAME_ "
+    "(--case layer_fc1: its fprop, dgrad and wgrad); default --reps: 9 quantize, 3 gemm";
 
 void PrintList() {
   std::cout << "quantize cases:";
@@ -27,24 +33,20 @@ void PrintList() {
   }
   std::cout << "\nsimd targets:";
   for (const std::string& t : AvailableSimdTargets()) std::cout << " " << t;
+  std::cout << "\ngemm cases:";
+  for (const GemmBenchCase& c : StandardGemmBenchCases()) std::cout << " " << c.name;
+  std::cout << "\ngemm paths:";
+  for (const std::string& p : AvailableGemmPaths()) std::cout << " " << p;
   std::cout << "\n";
 }
 
-}  // namespace
+// NAME itself, or a family of cases sharing the prefix NAME_.
+bool CaseMatches(const std::string& name, const std::string& selector) {
+  return name == selector || name.rfind(selector + "_", 0) == 0;
+}
 
-int RunBench(const std::vector<std::string>& argv) {
-  const ParsedArgs args = ParsedArgs::Parse(
-      argv, "mxtrain bench",
-      {{"reps"}, {"threads"}, {"dtype"}, {"case"}, {"shape"}, {"simd"}, {"list", false}});
-  if (args.help()) {
-    std::cout << kUsage << "\n";
-    return 0;
-  }
-  if (args.Has("list")) {
-    PrintList();
-    return 0;
-  }
-  MXTRAIN_CHECK(args.positional().size() == 1 && args.positional()[0] == "quantize", kUsage);
+int RunQuantizeBench(const ParsedArgs& args) {
+  MXTRAIN_CHECK(!args.Has("path"), "--path is a flag of mxtrain bench gemm");
   const int reps = static_cast<int>(ParseInt(args.Get("reps", "9"), "--reps", 1, 1000));
   const int64_t threads = args.Has("threads") ? ParseInt(args.Get("threads"), "--threads", 1, 2) : 0;
   if (args.Has("dtype")) {
@@ -77,6 +79,49 @@ int RunBench(const std::vector<std::string>& argv) {
     std::cout << ToJson(MeasureQuantizeBench(c, reps)) << std::endl;
   }
   return 0;
+}
+
+int RunGemmBench(const ParsedArgs& args) {
+  for (const char* flag : {"dtype", "shape", "simd"}) {
+    MXTRAIN_CHECK(!args.Has(flag), "--", flag, " is a flag of mxtrain bench quantize");
+  }
+  const int reps = static_cast<int>(ParseInt(args.Get("reps", "3"), "--reps", 1, 1000));
+  const int threads = args.Has("threads")
+                          ? static_cast<int>(ParseInt(args.Get("threads"), "--threads", 1, 1024))
+                          : 0;
+  std::vector<GemmBenchCase> cases;
+  for (GemmBenchCase& c : StandardGemmBenchCases()) {
+    if (args.Has("case") && !CaseMatches(c.name, args.Get("case"))) continue;
+    c.threads = threads;
+    cases.push_back(std::move(c));
+  }
+  MXTRAIN_CHECK(!cases.empty(), "--case '", args.Get("case"),
+                "' names no gemm case (mxtrain bench --list shows them)");
+  if (args.Has("path")) ForceGemmPath(args.Get("path"));
+  for (const GemmBenchCase& c : cases) {
+    std::cout << ToJson(MeasureGemmBench(c, reps)) << std::endl;
+  }
+  return 0;
+}
+
+}  // namespace
+
+int RunBench(const std::vector<std::string>& argv) {
+  const ParsedArgs args = ParsedArgs::Parse(
+      argv, "mxtrain bench",
+      {{"reps"}, {"threads"}, {"dtype"}, {"case"}, {"shape"}, {"simd"}, {"path"}, {"list", false}});
+  if (args.help()) {
+    std::cout << kUsage << "\n";
+    return 0;
+  }
+  if (args.Has("list")) {
+    PrintList();
+    return 0;
+  }
+  MXTRAIN_CHECK(args.positional().size() == 1 &&
+                    (args.positional()[0] == "quantize" || args.positional()[0] == "gemm"),
+                kUsage);
+  return args.positional()[0] == "gemm" ? RunGemmBench(args) : RunQuantizeBench(args);
 }
 
 }  // namespace mxtrain::cli

@@ -25,7 +25,7 @@ commands:
   dequantize   MXFP8 data and scales -> float32/bf16 .npy
   gemm         C = A . B^T of float32/bf16 .npy operands quantized to MXFP8
   grouped-gemm mixture-of-experts Y = X_e . W[e]^T per token group, quantized to MXFP8
-  bench        quantization throughput of the kernels
+  bench        quantize and GEMM throughput against same-run baselines (JSON lines)
   demo         quantize a built-in tensor every way and print the error table
 
 Errors print one line "mxtrain: error: ..." on stderr and exit with code 2.

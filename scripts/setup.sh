@@ -10,6 +10,7 @@ packages=(
   libhwy-dev       # Google Highway: SIMD written once, dispatched at run time
   libgtest-dev     # GoogleTest
   libbenchmark-dev # Google Benchmark
+  libdnnl-dev      # oneDNN 2.6: the bf16 matmul baseline of `mxtrain bench gemm` (optional to the build)
 )
 
 missing=()

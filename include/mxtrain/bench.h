@@ -1,15 +1,21 @@
-// Quantization benchmarks shared by `mxtrain bench quantize` and the Google Benchmark
-// binary: one table of cases, each timed beside a memcpy-style baseline that reads the same
-// input bytes and writes the same output bytes in the same run, so the ratio survives a
+// Benchmarks shared by `mxtrain bench` and the Google Benchmark binary: one table of cases
+// per area, each timed beside a baseline in the same run, so that the ratio survives a
 // noisy machine.
+//
+//   quantize: each quantizer beside a memcpy-style baseline that reads the same input bytes
+//             and writes the same output bytes;
+//   gemm:     each MX GEMM beside oneDNN's bf16 x bf16 -> fp32 matmul of the same shape
+//             (when mxtrain was built with oneDNN), and against a measured AMX peak.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "mxtrain/group_list.h"
+#include "mxtrain/mx_tensor.h"
 #include "mxtrain/quantize.h"
 #include "mxtrain/tensor.h"
 
@@ -54,12 +60,12 @@ class QuantizeBench {
 
 struct QuantizeBenchResult {
   QuantizeBenchCase c;
-  std::string target;      // SIMD target the kernel ran
-  double ms;               // median wall time of the kernel
-  double gbps;             // (input + output bytes) / ms
-  double baseline_ms;      // median wall time of the baseline
+  std::string target;  // SIMD target the kernel ran
+  double ms;           // median wall time of the kernel
+  double gbps;         // (input + output bytes) / ms
+  double baseline_ms;  // median wall time of the baseline
   double baseline_gbps;
-  double ratio;            // gbps / baseline_gbps
+  double ratio;  // gbps / baseline_gbps
 };
 
 // Warms up, then alternates kernel and baseline `reps` times each; medians.
@@ -67,5 +73,123 @@ QuantizeBenchResult MeasureQuantizeBench(const QuantizeBenchCase& c, int reps);
 // One JSON line: {"case", "dtype", "shape", "threads", "ms", "gbps", "baseline_gbps",
 // "ratio", "baseline_ms", "target"}.
 std::string ToJson(const QuantizeBenchResult& r);
+
+// --- GEMM ------------------------------------------------------------------------------
+
+enum class GemmBenchKind : uint8_t { kDense, kGrouped };
+std::string_view Name(GemmBenchKind kind);  // "dense" | "grouped"
+enum class GemmPass : uint8_t { kFprop, kDgrad, kWgrad };
+std::string_view Name(GemmPass pass);  // "fprop" | "dgrad" | "wgrad"
+
+// One GEMM of a linear layer Y [M, N] = X [M, K] . W [N, K]^T in one training pass. m, n, k
+// are the layer's sizes whatever the pass, so each pass does 2*M*N*K flops:
+//   fprop  MxGemm(X rowwise, W rowwise)          => Y  [M, N]  (contracts K)
+//   dgrad  MxGemm(dY rowwise, W columnwise)      => dX [M, K]  (contracts N)
+//   wgrad  MxGemm(dY columnwise, X columnwise)   => dW [N, K]  (contracts M)
+// Grouped cases are a mixture-of-experts layer: M tokens sorted by expert, W [E, N, K];
+// fprop and dgrad run MxGroupedGemm, wgrad MxGroupedWgrad on token-grouped operands.
+struct GemmBenchCase {
+  std::string name;  // unique in the table: "<shape>_<pass>", e.g. "layer_fc1_wgrad"
+  GemmBenchKind kind;
+  GemmPass gemm;
+  int64_t m;
+  int64_t n;
+  int64_t k;
+  std::vector<int64_t> group_counts;  // grouped: tokens per expert (sum m); dense: empty
+  int threads = 0;                    // 0: all cores (omp_get_max_threads())
+
+  int num_groups() const {
+    return group_counts.empty() ? 1 : static_cast<int>(group_counts.size());
+  }
+  double flops() const {
+    return 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
+  }
+};
+
+// Tiny smoke cases (every pass, dense and grouped), 4096^3 fprop, a transformer layer (8192
+// tokens, hidden 2048, MLP 4 x 2048: QKV, attention output, FC1, FC2) and a
+// mixture-of-experts layer (8192 tokens, hidden 2048, expert FFN 1408, 8 experts of uneven
+// sizes, one empty: FC1, FC2), each in fprop, dgrad and wgrad.
+std::vector<GemmBenchCase> StandardGemmBenchCases();
+
+// True when this build has the oneDNN baseline (MXTRAIN_HAVE_DNNL).
+bool HaveOneDnnBaseline();
+
+// The AMX-BF16 peak: TDPBF16PS back to back on resident tiles (4 accumulators, 2 A and 2 B
+// tiles, no loads) on `threads` threads, in GFLOP/s (2*16*16*32 flops an instruction); the
+// best of a few runs, measured once per thread count and process. nullopt without AMX.
+std::optional<double> AmxPeakGflops(int threads);
+// One run of that loop: `iterations` x 4 instructions on every thread; returns the flops
+// done (0 without AMX). For the Google Benchmark front end.
+double RunAmxPeakLoop(int threads, int64_t iterations);
+
+namespace internal {
+class OneDnnMatmuls;
+}  // namespace internal
+
+// A prepared case: seeded operands quantized in the layouts the pass needs, and for the
+// baseline their dequantized values in bf16 (exact: MX elements times power-of-two scales
+// fit bf16), laid out as the MX operands are, so both compute the same product.
+class GemmBench {
+ public:
+  explicit GemmBench(const GemmBenchCase& c);
+  ~GemmBench();
+  GemmBench(const GemmBench&) = delete;
+  GemmBench& operator=(const GemmBench&) = delete;
+
+  // One call of the MX function the case measures (allocating its output, as callers do).
+  void RunMx();
+  bool has_onednn() const { return onednn_ != nullptr; }
+  // The case's oneDNN matmuls, once each (one per non-empty group for grouped cases).
+  void RunOneDnn();
+  // Runs the MX GEMM and the baseline alternately for 0.5 s, or once each when they take
+  // longer: the first calls page in the outputs, start the OpenMP team and oneDNN's
+  // scratchpads, and on the development VM the first tenths of a second of a process run
+  // several times slower than the rest.
+  void WarmUp();
+  // oneDNN's implementation name ("brg:avx512_core_amx_bf16"), "" without oneDNN.
+  std::string onednn_impl() const;
+  // max |C_mx - C_onednn| / max |C_onednn| over the last outputs of both (run each first);
+  // nullopt without oneDNN. Only accumulation order differs, so this is ~1e-6; more means
+  // the two do not compute the same GEMM.
+  std::optional<double> MaxRelDiff() const;
+  const GemmBenchCase& gemm_case() const { return case_; }
+  int threads() const { return threads_; }
+  double flops() const { return flops_; }
+
+ private:
+  GemmBenchCase case_;
+  int threads_;
+  double flops_;
+  GroupList groups_;
+  MxTensor a_, b_;  // the MX operands, in the order the function takes them
+  Tensor mx_out_;
+  std::vector<Tensor> onednn_tensors_;  // the bf16 inputs its matmuls read
+  Tensor onednn_out_;
+  std::unique_ptr<internal::OneDnnMatmuls> onednn_;
+};
+
+struct GemmBenchResult {
+  GemmBenchCase c;
+  int threads;
+  std::string path;                 // the MX GEMM path that ran (CurrentGemmPath())
+  double ms;                        // median wall time of the MX GEMM
+  double gflops;                    // flops / ms
+  std::optional<double> onednn_ms;  // median wall time of the oneDNN matmuls
+  std::optional<double> onednn_gflops;
+  std::optional<double> ratio;            // gflops / onednn_gflops
+  std::optional<double> amx_peak_gflops;  // AmxPeakGflops(threads)
+  std::optional<double> peak_fraction;    // gflops / amx_peak_gflops
+  std::string onednn_impl;
+  std::optional<double> max_rel_diff;  // GemmBench::MaxRelDiff() after the warm-up
+};
+
+// Measures the AMX peak (once a process), warms up (GemmBench::WarmUp), then alternates MX
+// and oneDNN `reps` times each; medians.
+GemmBenchResult MeasureGemmBench(const GemmBenchCase& c, int reps);
+// One JSON line: {"case", "kind", "gemm", "m", "n", "k", "groups", "ms", "gflops",
+// "onednn_gflops", "ratio", "amx_peak_gflops", "peak_fraction", "threads", "path",
+// "onednn_ms", "onednn_impl", "max_rel_diff"}; null where a value is absent.
+std::string ToJson(const GemmBenchResult& r);
 
 }  // namespace mxtrain

@@ -1,0 +1,78 @@
+// Google Benchmark front end for the GEMM cases of mxtrain/bench.h: each case is registered
+// as an MX row and, when mxtrain was built with oneDNN, a oneDNN row of the same shape, with
+// a FLOP/s counter; one more row runs the AMX peak loop. Compare the rows' flops counters
+// for the ratio and the peak fraction that `mxtrain bench gemm` prints.
+#include <benchmark/benchmark.h>
+#include <omp.h>
+
+#include <memory>
+#include <string>
+
+#include "mxtrain/bench.h"
+
+namespace {
+
+// The prepared case of the rows running now. The MX and oneDNN rows of a case are
+// registered next to each other and share it; the next case replaces it, so that one
+// case's operands (up to about 1 GB for the layer shapes) are alive at a time. Never
+// destroyed: at exit, oneDNN's own statics may already be gone.
+std::unique_ptr<mxtrain::GemmBench>& current = *new std::unique_ptr<mxtrain::GemmBench>;
+
+void RunCase(benchmark::State& state, const mxtrain::GemmBenchCase& c, bool onednn) {
+  if (!current || current->gemm_case().name != c.name) {
+    current.reset();
+    current = std::make_unique<mxtrain::GemmBench>(c);
+    // Debian 12's Google Benchmark has no MinWarmUpTime, and a slow first iteration would
+    // end a layer case's measurement on its own.
+    current->WarmUp();
+  }
+  for (auto _ : state) {
+    if (onednn) {
+      current->RunOneDnn();
+    } else {
+      current->RunMx();
+    }
+  }
+  state.counters["flops"] = benchmark::Counter(
+      current->flops() * static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
+}
+
+void Register(const mxtrain::GemmBenchCase& c, bool onednn) {
+  const std::string name = "gemm/" + c.name + (onednn ? "/onednn" : "/mx") +
+                           "/threads:" + std::to_string(omp_get_max_threads());
+  benchmark::RegisterBenchmark(name.c_str(),
+                               [c, onednn](benchmark::State& state) { RunCase(state, c, onednn); })
+      ->UseRealTime()
+      ->Unit(benchmark::kMillisecond);
+}
+
+void RegisterAmxPeak() {
+  const int threads = omp_get_max_threads();
+  const std::string name = "gemm/amx_peak/threads:" + std::to_string(threads);
+  benchmark::RegisterBenchmark(name.c_str(),
+                               [threads](benchmark::State& state) {
+                                 double flops = 0;
+                                 for (auto _ : state)
+                                   flops += mxtrain::RunAmxPeakLoop(threads, int64_t{1} << 16);
+                                 if (flops == 0) state.SkipWithError("AMX-BF16 is not available");
+                                 state.counters["flops"] =
+                                     benchmark::Counter(flops, benchmark::Counter::kIsRate);
+                               })
+      ->UseRealTime()
+      ->Unit(benchmark::kMillisecond);
+}
+
+bool RegisterGemmBenchmarks() {
+  RegisterAmxPeak();
+  for (const mxtrain::GemmBenchCase& c : mxtrain::StandardGemmBenchCases()) {
+    Register(c, /*onednn=*/false);
+    if (mxtrain::HaveOneDnnBaseline()) Register(c, /*onednn=*/true);
+  }
+  return true;
+}
+
+// Registered at static initialization, as BENCHMARK() does, so that the main() in
+// quantize_benchmark.cc runs these rows too.
+[[maybe_unused]] const bool kRegistered = RegisterGemmBenchmarks();
+
+}  // namespace
