@@ -24,8 +24,10 @@ namespace {
 
 constexpr int64_t kBlockDim = 32;        // C block edge: 2x2 tiles of 16x16
 constexpr int64_t kTileElems = 16 * 32;  // bf16 elements per A or B tile (1 KiB)
-constexpr int64_t kChunkBlocks = 32;     // K blocks (of 32) per pass over C: 4096 K
-constexpr int64_t kColumnPanels = 4;     // 32-column panels per thread work item: 128
+constexpr int64_t kChunkBlocks = 32;     // K blocks (of 32) per pass over C: 1024 K
+// B tiles a thread keeps in L2 for one work item (of its 2 MiB): the item is as many
+// 32-column panels as fit, at least 2, so that each pass of A over them does more work.
+constexpr int64_t kBudgetBytes = 1 << 20;
 
 struct alignas(64) TileConfig {
   uint8_t palette_id = 1;
@@ -335,6 +337,8 @@ void GemmAmx(const GemmProblem& p, std::vector<uint8_t>& skipped) {
   const Tensor b_pack = PackB(p.b, cols_pad, kbs, p.threads);
   const uint16_t* a = a_pack.data<uint16_t>();
   const uint16_t* b = b_pack.data<uint16_t>();
+  const int64_t panel_bytes = 2 * kbs * kTileElems * static_cast<int64_t>(sizeof(uint16_t));
+  const int64_t kColumnPanels = std::clamp<int64_t>(kBudgetBytes / std::max<int64_t>(panel_bytes, 1), 2, 64);
   const int64_t items = CeilDiv(panels_j, kColumnPanels);
 
   // Work: (column item, row range) pairs. With enough row panels each thread takes its own
