@@ -338,8 +338,8 @@ void GemmAmx(const GemmProblem& p, std::vector<uint8_t>& skipped) {
   const uint16_t* a = a_pack.data<uint16_t>();
   const uint16_t* b = b_pack.data<uint16_t>();
   const int64_t panel_bytes = 2 * kbs * kTileElems * static_cast<int64_t>(sizeof(uint16_t));
-  const int64_t kColumnPanels = std::clamp<int64_t>(kBudgetBytes / std::max<int64_t>(panel_bytes, 1), 2, 64);
-  const int64_t items = CeilDiv(panels_j, kColumnPanels);
+  const int64_t column_panels = std::clamp<int64_t>(kBudgetBytes / std::max<int64_t>(panel_bytes, 1), 2, 64);
+  const int64_t items = CeilDiv(panels_j, column_panels);
 
   // Work: (column item, row range) pairs. With enough row panels each thread takes its own
   // share of the rows of every column item, so each streams only its part of A past the B
@@ -352,8 +352,8 @@ void GemmAmx(const GemmProblem& p, std::vector<uint8_t>& skipped) {
     alignas(64) float scratch[kBlockDim * kBlockDim];
     // C blocks of rows [pi_begin, pi_end) x column item `item`.
     const auto run = [&](int64_t item, int64_t pi_begin, int64_t pi_end) {
-      const int64_t pj0 = item * kColumnPanels;
-      const int64_t pj1 = std::min(panels_j, pj0 + kColumnPanels);
+      const int64_t pj0 = item * column_panels;
+      const int64_t pj1 = std::min(panels_j, pj0 + column_panels);
       for (int64_t pi = pi_begin; pi < pi_end; ++pi) {
         const uint16_t* a_panel = a + (2 * pi) * kbs * kTileElems;
         for (int64_t kb0 = 0; kb0 < kbs; kb0 += kChunkBlocks) {
