@@ -2,7 +2,7 @@
 
 #include <atomic>
 #include <cstdlib>
-#include <map>
+#include <list>
 #include <mutex>
 #include <new>
 
@@ -34,25 +34,32 @@ Counter& CounterOf(MemoryCategory c) { return g_by_category[static_cast<int>(c)]
 constexpr size_t kAlignment = 64;
 constexpr size_t kCacheMinBytes = 256 << 10;
 
-// Large freed buffers by padded size, for reuse (SetMemoryCacheLimit).
+// Large freed buffers by padded size, for reuse (SetMemoryCacheLimit). Least recently
+// freed go first when the limit is reached, so the sizes in current use stay (a benchmark
+// of many shapes would otherwise fill the cache with sizes no longer asked for). The list
+// is short (each entry >= 256 KiB under a 1 GiB limit), so a linear search is fine.
 class BufferCache {
  public:
   void* Take(size_t padded) {
     if (padded < kCacheMinBytes) return nullptr;
     std::lock_guard<std::mutex> lock(mutex_);
-    auto it = buffers_.find(padded);
-    if (it == buffers_.end()) return nullptr;
-    void* p = it->second;
-    buffers_.erase(it);
-    cached_ -= static_cast<int64_t>(padded);
-    return p;
+    for (auto it = buffers_.rbegin(); it != buffers_.rend(); ++it) {
+      if (it->first != padded) continue;
+      void* p = it->second;
+      buffers_.erase(std::next(it).base());
+      cached_ -= static_cast<int64_t>(padded);
+      return p;
+    }
+    return nullptr;
   }
-  // Keeps p if it fits under the limit; otherwise frees it.
+  // Keeps p (newest), evicting the oldest buffers to stay under the limit; frees p if it
+  // alone exceeds the limit.
   void Give(void* p, size_t padded) {
     if (padded >= kCacheMinBytes) {
       std::lock_guard<std::mutex> lock(mutex_);
-      if (cached_ + static_cast<int64_t>(padded) <= limit_) {
-        buffers_.emplace(padded, p);
+      if (static_cast<int64_t>(padded) <= limit_) {
+        while (cached_ + static_cast<int64_t>(padded) > limit_) EvictOldestLocked();
+        buffers_.emplace_back(padded, p);
         cached_ += static_cast<int64_t>(padded);
         return;
       }
@@ -62,13 +69,7 @@ class BufferCache {
   void SetLimit(int64_t limit) {
     std::lock_guard<std::mutex> lock(mutex_);
     limit_ = limit;
-    // Largest first, until the rest fits.
-    while (cached_ > limit_ && !buffers_.empty()) {
-      auto last = std::prev(buffers_.end());
-      cached_ -= static_cast<int64_t>(last->first);
-      std::free(last->second);
-      buffers_.erase(last);
-    }
+    while (cached_ > limit_) EvictOldestLocked();
   }
   int64_t cached() {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -80,8 +81,14 @@ class BufferCache {
   }
 
  private:
+  void EvictOldestLocked() {
+    cached_ -= static_cast<int64_t>(buffers_.front().first);
+    std::free(buffers_.front().second);
+    buffers_.pop_front();
+  }
+
   std::mutex mutex_;
-  std::multimap<size_t, void*> buffers_;
+  std::list<std::pair<size_t, void*>> buffers_;  // oldest first
   int64_t cached_ = 0;
   int64_t limit_ = int64_t{1} << 30;
 };
