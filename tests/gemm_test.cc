@@ -238,6 +238,24 @@ TEST(Gemm, MismatchesRaise) {
   EXPECT_THROW(ForceGemmPath("tpu"), Error);
 }
 
+TEST(Gemm, LongContractionAndWideOutput) {
+  // S > 2048 takes the AMX kernel's chunk-outer order; 70 columns make edge blocks.
+  for (const std::string& path : AvailableGemmPaths()) {
+    ForceGemmPath(path);
+    const Operands o = MakeTrainingOperands(2200, 70, 48, 81, -2, 2);
+    ExpectWithinBound(MxGemm(o.dy_col, o.x_col), o.dy_col, o.x_col, path + " wgrad S=2200");
+    const MxTensor a = QuantizeRowwise(MakeF32({33, 2200}, RandomValues(33 * 2200, 82, -2, 2)), {});
+    const MxTensor b = QuantizeRowwise(MakeF32({70, 2200}, RandomValues(70 * 2200, 83, -2, 2)), {});
+    Tensor acc = MakeF32({33, 70}, RandomValues(33 * 70, 84, -1, 1));
+    const Tensor before = MakeF32({33, 70}, std::vector<float>(acc.data<float>(), acc.data<float>() + 33 * 70));
+    GemmOptions o2;
+    o2.accumulate = &acc;
+    MxGemm(a, b, o2);
+    ExpectWithinBound(acc, a, b, path + " fprop S=2200 accumulate", nullptr, &before);
+  }
+  ForceGemmPath("");
+}
+
 TEST(Gemm, EmptyShapes) {
   for (const std::string& path : AvailableGemmPaths()) {
     ForceGemmPath(path);

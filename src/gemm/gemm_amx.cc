@@ -337,8 +337,14 @@ void GemmAmx(const GemmProblem& p, std::vector<uint8_t>& skipped) {
   const Tensor b_pack = PackB(p.b, cols_pad, kbs, p.threads);
   const uint16_t* a = a_pack.data<uint16_t>();
   const uint16_t* b = b_pack.data<uint16_t>();
-  const int64_t panel_bytes = 2 * kbs * kTileElems * static_cast<int64_t>(sizeof(uint16_t));
-  const int64_t column_panels = std::clamp<int64_t>(kBudgetBytes / std::max<int64_t>(panel_bytes, 1), 2, 64);
+  // Long contractions: K chunks outermost within an item (C blocks reloaded per chunk), so
+  // that only one chunk of each panel's B tiles has to stay in L2 and an item can be wide.
+  const bool chunk_outer = kbs > 2 * kChunkBlocks;
+  const int64_t resident_kbs = chunk_outer ? kChunkBlocks : kbs;
+  const int64_t panel_bytes =
+      2 * resident_kbs * kTileElems * static_cast<int64_t>(sizeof(uint16_t));
+  const int64_t column_panels =
+      std::clamp<int64_t>(kBudgetBytes / std::max<int64_t>(panel_bytes, 1), 2, 64);
   const int64_t items = CeilDiv(panels_j, column_panels);
 
   // Work: (column item, row range) pairs. With enough row panels each thread takes its own
@@ -354,29 +360,40 @@ void GemmAmx(const GemmProblem& p, std::vector<uint8_t>& skipped) {
     const auto run = [&](int64_t item, int64_t pi_begin, int64_t pi_end) {
       const int64_t pj0 = item * column_panels;
       const int64_t pj1 = std::min(panels_j, pj0 + column_panels);
-      for (int64_t pi = pi_begin; pi < pi_end; ++pi) {
+      // One C block (pi, pj) over K blocks [kb0, kb1).
+      const auto block = [&](int64_t pi, int64_t pj, int64_t kb0, int64_t kb1) {
+        if (!block_ok[pi * panels_j + pj]) return;
+        const bool load_c = kb0 > 0 || !p.overwrite;
         const uint16_t* a_panel = a + (2 * pi) * kbs * kTileElems;
+        const uint16_t* b_panel = b + (2 * pj) * kbs * kTileElems;
+        const int64_t i0 = pi * kBlockDim, j0 = pj * kBlockDim;
+        if (i0 + kBlockDim <= rows && j0 + kBlockDim <= cols) {
+          Block(a_panel, b_panel, kbs, kb0, kb1, p.c + i0 * cols + j0, cols, load_c);
+          return;
+        }
+        // An edge block: through a zero-padded copy of the part of C that exists.
+        const int64_t h = std::min(kBlockDim, rows - i0), w = std::min(kBlockDim, cols - j0);
+        std::memset(scratch, 0, sizeof(scratch));
+        for (int64_t r = 0; r < h && load_c; ++r) {
+          std::memcpy(scratch + r * kBlockDim, p.c + (i0 + r) * cols + j0, w * sizeof(float));
+        }
+        Block(a_panel, b_panel, kbs, kb0, kb1, scratch, kBlockDim, load_c);
+        for (int64_t r = 0; r < h; ++r) {
+          std::memcpy(p.c + (i0 + r) * cols + j0, scratch + r * kBlockDim, w * sizeof(float));
+        }
+      };
+      if (chunk_outer) {
         for (int64_t kb0 = 0; kb0 < kbs; kb0 += kChunkBlocks) {
           const int64_t kb1 = std::min(kbs, kb0 + kChunkBlocks);
-          const bool load_c = kb0 > 0 || !p.overwrite;
-          for (int64_t pj = pj0; pj < pj1; ++pj) {
-            if (!block_ok[pi * panels_j + pj]) continue;
-            const uint16_t* b_panel = b + (2 * pj) * kbs * kTileElems;
-            const int64_t i0 = pi * kBlockDim, j0 = pj * kBlockDim;
-            if (i0 + kBlockDim <= rows && j0 + kBlockDim <= cols) {
-              Block(a_panel, b_panel, kbs, kb0, kb1, p.c + i0 * cols + j0, cols, load_c);
-              continue;
-            }
-            // An edge block: through a zero-padded copy of the part of C that exists.
-            const int64_t h = std::min(kBlockDim, rows - i0), w = std::min(kBlockDim, cols - j0);
-            std::memset(scratch, 0, sizeof(scratch));
-            for (int64_t r = 0; r < h && load_c; ++r) {
-              std::memcpy(scratch + r * kBlockDim, p.c + (i0 + r) * cols + j0, w * sizeof(float));
-            }
-            Block(a_panel, b_panel, kbs, kb0, kb1, scratch, kBlockDim, load_c);
-            for (int64_t r = 0; r < h; ++r) {
-              std::memcpy(p.c + (i0 + r) * cols + j0, scratch + r * kBlockDim, w * sizeof(float));
-            }
+          for (int64_t pi = pi_begin; pi < pi_end; ++pi) {
+            for (int64_t pj = pj0; pj < pj1; ++pj) block(pi, pj, kb0, kb1);
+          }
+        }
+      } else {
+        for (int64_t pi = pi_begin; pi < pi_end; ++pi) {
+          for (int64_t kb0 = 0; kb0 < kbs; kb0 += kChunkBlocks) {
+            const int64_t kb1 = std::min(kbs, kb0 + kChunkBlocks);
+            for (int64_t pj = pj0; pj < pj1; ++pj) block(pi, pj, kb0, kb1);
           }
         }
       }
