@@ -256,6 +256,36 @@ TEST(Gemm, LongContractionAndWideOutput) {
   ForceGemmPath("");
 }
 
+TEST(Gemm, WritesIntoAGivenOutput) {
+  const Operands o = MakeTrainingOperands(40, 24, 64, 91, -2, 2);
+  for (const std::string& path : AvailableGemmPaths()) {
+    ForceGemmPath(path);
+    const Tensor expected = MxGemm(o.x_row, o.w_row);
+    Tensor big = MakeF32({50, 24}, std::vector<float>(50 * 24, -7.0f));
+    Tensor view = big.Slice(5, 45);  // rows 5..44 of a larger tensor
+    GemmOptions opts;
+    opts.out = &view;
+    const Tensor r = MxGemm(o.x_row, o.w_row, opts);
+    EXPECT_EQ(r.raw(), view.raw());
+    EXPECT_EQ(std::memcmp(view.raw(), expected.raw(), expected.NumBytes()), 0) << path;
+    EXPECT_EQ(big.data<float>()[4 * 24 + 3], -7.0f);  // rows outside untouched
+    EXPECT_EQ(big.data<float>()[45 * 24], -7.0f);
+    Tensor bf = Tensor::Empty(DType::kBF16, {40, 24});
+    GemmOptions ob;
+    ob.out = &bf;
+    ob.out_dtype = DType::kBF16;
+    MxGemm(o.x_row, o.w_row, ob);
+    for (int64_t i = 0; i < 40 * 24; ++i) {
+      ASSERT_EQ(bf.data<uint16_t>()[i], F32ToBf16(expected.data<float>()[i])) << path << " " << i;
+    }
+    Tensor wrong = Tensor::Empty(DType::kF32, {40, 23});
+    GemmOptions ow;
+    ow.out = &wrong;
+    EXPECT_THROW(MxGemm(o.x_row, o.w_row, ow), Error);
+  }
+  ForceGemmPath("");
+}
+
 TEST(Gemm, EmptyShapes) {
   for (const std::string& path : AvailableGemmPaths()) {
     ForceGemmPath(path);

@@ -36,6 +36,10 @@ struct GemmOptions {
   // Optional existing fp32 C [I, J] to accumulate into (C += A.B^T, e.g. a main_grad
   // buffer); the result is then that tensor, and out_dtype must be kF32.
   Tensor* accumulate = nullptr;
+  // Optional tensor [I, J] of out_dtype to write C into (e.g. a row range of a larger
+  // output) instead of allocating one; the result is then that tensor. Not with
+  // `accumulate`.
+  Tensor* out = nullptr;
   int threads = 0;  // 0: all cores
   MemoryCategory category = MemoryCategory::kActivation;  // where a new C is counted
 };

@@ -43,22 +43,27 @@ struct Checked {
 
 Checked CheckOperands(const MxTensor& a, const MxTensor& b, const GemmOptions& o) {
   Checked c{GemmOperand::Of(a, "A"), GemmOperand::Of(b, "B")};
-  MXTRAIN_CHECK(c.a.s == c.b.s, "gemm: contraction lengths differ: A (", Name(a.axis()),
-                " ", a.shape().ToString(), ") contracts ", c.a.s, ", B (", Name(b.axis()), " ",
+  MXTRAIN_CHECK(c.a.s == c.b.s, "gemm: contraction lengths differ: A (", Name(a.axis()), " ",
+                a.shape().ToString(), ") contracts ", c.a.s, ", B (", Name(b.axis()), " ",
                 b.shape().ToString(), ") contracts ", c.b.s);
   MXTRAIN_CHECK(o.out_dtype == DType::kF32 || o.out_dtype == DType::kBF16,
                 "gemm: output dtype must be f32 or bf16, got ", Name(o.out_dtype));
   const Shape c_shape{c.a.free, c.b.free};
   if (o.bias != nullptr) {
-    MXTRAIN_CHECK(o.bias->defined() && o.bias->dtype() == DType::kF32 &&
-                      o.bias->shape() == Shape{c.b.free},
-                  "gemm: bias must be f32 of shape [", c.b.free, "]");
+    MXTRAIN_CHECK(
+        o.bias->defined() && o.bias->dtype() == DType::kF32 && o.bias->shape() == Shape{c.b.free},
+        "gemm: bias must be f32 of shape [", c.b.free, "]");
   }
   if (o.accumulate != nullptr) {
     MXTRAIN_CHECK(o.accumulate->defined() && o.accumulate->dtype() == DType::kF32 &&
                       o.accumulate->shape() == c_shape,
                   "gemm: accumulator must be f32 of shape ", c_shape.ToString());
     MXTRAIN_CHECK(o.out_dtype == DType::kF32, "gemm: accumulation needs an f32 output");
+  }
+  if (o.out != nullptr) {
+    MXTRAIN_CHECK(o.accumulate == nullptr, "gemm: give an output or an accumulator, not both");
+    MXTRAIN_CHECK(o.out->defined() && o.out->dtype() == o.out_dtype && o.out->shape() == c_shape,
+                  "gemm: output must be ", Name(o.out_dtype), " of shape ", c_shape.ToString());
   }
   return c;
 }
@@ -67,23 +72,29 @@ Checked CheckOperands(const MxTensor& a, const MxTensor& b, const GemmOptions& o
 // kernel will write it: an empty contraction).
 Tensor ResultBuffer(const Checked& c, const GemmOptions& o) {
   if (o.accumulate != nullptr) return *o.accumulate;
-  if (c.a.s == 0) return Tensor::Zeros(DType::kF32, {c.a.free, c.b.free}, o.category);
-  return Tensor::Empty(DType::kF32, {c.a.free, c.b.free}, o.category);
+  Tensor buffer = o.out != nullptr && o.out_dtype == DType::kF32
+                      ? *o.out
+                      : Tensor::Empty(DType::kF32, {c.a.free, c.b.free}, o.category);
+  if (c.a.s == 0) std::memset(buffer.raw(), 0, buffer.NumBytes());
+  return buffer;
 }
 
-// Adds the bias and rounds to the output dtype.
-Tensor Finish(Tensor c32, const GemmOptions& o) {
+// Adds the bias and rounds to the output dtype (into options.out when given).
+Tensor Finish(Tensor c32, const GemmOptions& o, int threads) {
   const int64_t rows = c32.shape()[0], cols = c32.shape()[1];
   float* c = c32.data<float>();
   if (o.bias != nullptr) {
     const float* bias = o.bias->data<float>();
+#pragma omp parallel for num_threads(threads) schedule(static)
     for (int64_t i = 0; i < rows; ++i) {
       for (int64_t j = 0; j < cols; ++j) c[i * cols + j] += bias[j];
     }
   }
   if (o.out_dtype == DType::kF32) return c32;
-  Tensor out = Tensor::Empty(DType::kBF16, c32.shape(), o.category);
-  for (int64_t i = 0; i < rows * cols; ++i) out.data<uint16_t>()[i] = F32ToBf16(c[i]);
+  Tensor out = o.out != nullptr ? *o.out : Tensor::Empty(DType::kBF16, c32.shape(), o.category);
+  uint16_t* dst = out.data<uint16_t>();
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (int64_t i = 0; i < rows * cols; ++i) dst[i] = F32ToBf16(c[i]);
   return out;
 }
 
@@ -160,15 +171,17 @@ Tensor MxGemm(const MxTensor& a, const MxTensor& b, const GemmOptions& options) 
   for (int64_t t = 0; t < tiles_i * tiles_j; ++t) {
     if (!skipped[t]) continue;
     const int64_t ti = t / tiles_j, tj = t % tiles_j;
-    for (int64_t i = ti * internal::kGemmTile; i < std::min(c.a.free, (ti + 1) * internal::kGemmTile); ++i) {
-      for (int64_t j = tj * internal::kGemmTile; j < std::min(cols, (tj + 1) * internal::kGemmTile); ++j) {
+    for (int64_t i = ti * internal::kGemmTile;
+         i < std::min(c.a.free, (ti + 1) * internal::kGemmTile); ++i) {
+      for (int64_t j = tj * internal::kGemmTile; j < std::min(cols, (tj + 1) * internal::kGemmTile);
+           ++j) {
         float& out = p.c[i * cols + j];
         const double before = overwrite ? 0.0 : static_cast<double>(out);
         out = static_cast<float>(before + ExactDot(c.a, c.b, i, j));
       }
     }
   }
-  return Finish(std::move(c32), options);
+  return Finish(std::move(c32), options, threads);
 }
 
 namespace ref {

@@ -20,18 +20,18 @@ Tensor MxGroupedGemm(const MxTensor& x, const MxTensor& w, const GroupList& grou
                 " groups for ", experts, " experts");
   MXTRAIN_CHECK(groups.total_rows() == x.rows(), "grouped gemm: group list covers ",
                 groups.total_rows(), " rows but x has M = ", x.rows());
-  MXTRAIN_CHECK(options.accumulate == nullptr, "grouped gemm: accumulation is for wgrad");
+  MXTRAIN_CHECK(options.accumulate == nullptr && options.out == nullptr,
+                "grouped gemm: no accumulator or output tensor (accumulation is for wgrad)");
   const int64_t out_cols = w.axis() == BlockAxis::kRowwise ? w.shape()[1] : w.shape()[2];
   const int64_t contraction = w.axis() == BlockAxis::kRowwise ? w.shape()[2] : w.shape()[1];
   MXTRAIN_CHECK(contraction == x.cols(), "grouped gemm: x contracts ", x.cols(),
                 " but each expert's matrix contracts ", contraction);
   if (options.bias != nullptr) {
-    MXTRAIN_CHECK(options.bias->dtype() == DType::kF32 &&
-                      options.bias->shape() == (Shape{experts, out_cols}),
-                  "grouped gemm: bias must be f32 [", experts, ", ", out_cols, "]");
+    MXTRAIN_CHECK(
+        options.bias->dtype() == DType::kF32 && options.bias->shape() == (Shape{experts, out_cols}),
+        "grouped gemm: bias must be f32 [", experts, ", ", out_cols, "]");
   }
   Tensor y = Tensor::Empty(options.out_dtype, {x.rows(), out_cols}, options.category);
-  const size_t row_bytes = static_cast<size_t>(out_cols) * DTypeSize(options.out_dtype);
   for (int e = 0; e < experts; ++e) {
     if (groups.size(e) == 0) continue;
     GemmOptions o = options;
@@ -40,9 +40,9 @@ Tensor MxGroupedGemm(const MxTensor& x, const MxTensor& w, const GroupList& grou
       bias_e = options.bias->Slice(e, e + 1).Reshape({out_cols});
       o.bias = &bias_e;
     }
-    const Tensor y_e = MxGemm(x.Rows(groups.begin(e), groups.end(e)), w.Matrix(e), o);
-    std::memcpy(static_cast<char*>(y.raw()) + groups.begin(e) * row_bytes, y_e.raw(),
-                y_e.NumBytes());
+    Tensor y_e = y.Slice(groups.begin(e), groups.end(e));  // written in place
+    o.out = &y_e;
+    MxGemm(x.Rows(groups.begin(e), groups.end(e)), w.Matrix(e), o);
   }
   return y;
 }
@@ -55,21 +55,31 @@ Tensor MxGroupedWgrad(const MxTensor& dy, const MxTensor& x, const GemmOptions& 
   const GroupList& groups = *dy.groups();
   const int64_t experts = groups.num_groups();
   const Shape shape{experts, dy.cols(), x.cols()};
-  MXTRAIN_CHECK(options.out_dtype == DType::kF32 && options.bias == nullptr,
-                "grouped wgrad: the output is f32 and takes no bias");
+  MXTRAIN_CHECK(
+      options.out_dtype == DType::kF32 && options.bias == nullptr && options.out == nullptr,
+      "grouped wgrad: the output is a new f32 tensor (or the accumulator), no bias");
   Tensor out;
   if (options.accumulate != nullptr) {
-    MXTRAIN_CHECK(options.accumulate->dtype() == DType::kF32 && options.accumulate->shape() == shape,
-                  "grouped wgrad: accumulator must be f32 ", shape.ToString());
+    MXTRAIN_CHECK(
+        options.accumulate->dtype() == DType::kF32 && options.accumulate->shape() == shape,
+        "grouped wgrad: accumulator must be f32 ", shape.ToString());
     out = *options.accumulate;
   } else {
-    out = Tensor::Zeros(DType::kF32, shape, options.category);
+    out = Tensor::Empty(DType::kF32, shape, options.category);
   }
   for (int e = 0; e < experts; ++e) {
-    if (groups.size(e) == 0) continue;  // dW[e] stays 0, or untouched when accumulating
     Tensor dw_e = out.Slice(e, e + 1).Reshape({shape[1], shape[2]});
+    if (groups.size(e) == 0) {
+      // dW[e] = 0, or the accumulator left untouched.
+      if (options.accumulate == nullptr) std::memset(dw_e.raw(), 0, dw_e.NumBytes());
+      continue;
+    }
     GemmOptions o = options;
-    o.accumulate = &dw_e;
+    if (options.accumulate != nullptr) {
+      o.accumulate = &dw_e;
+    } else {
+      o.out = &dw_e;  // written in place
+    }
     MxGemm(dy.Group(e), x.Group(e), o);
   }
   return out;
