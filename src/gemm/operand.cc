@@ -36,6 +36,9 @@ RowScaleStats RowScaleStats::Of(const GemmOperand& op) {
   st.min_scale.assign(static_cast<size_t>(op.free), 255);
   st.max_scale.assign(static_cast<size_t>(op.free), 0);
   st.has_nan.assign(static_cast<size_t>(op.free), 0);
+  // Rows are independent; columnwise storage reads scale rows with stride `free`, so
+  // threads take contiguous row ranges.
+#pragma omp parallel for schedule(static)
   for (int64_t f = 0; f < op.free; ++f) {
     for (int64_t kb = 0; kb < op.blocks; ++kb) {
       const uint8_t b = op.Scale(f, kb);
