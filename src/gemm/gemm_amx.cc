@@ -190,7 +190,7 @@ MXTRAIN_AMX void Transpose32x32(uint16_t (*m)[32]) {
 }
 
 // A (logical [I, S]) as 16x32 row tiles: tile (ti, kb) holds rows 16 ti.., K 32 kb..
-// Rows past I and K past S are zero.
+// Rows past I and K past S are zero. For columnwise storage, fills tiles ti and ti + 1.
 MXTRAIN_AMX void PackATiles(const GemmOperand& op, const Bf16Table& table, int64_t ti, int64_t kbs,
                             uint16_t* dst) {
   if (!op.contract_rows) {
@@ -200,15 +200,14 @@ MXTRAIN_AMX void PackATiles(const GemmOperand& op, const Bf16Table& table, int64
     }
     return;
   }
-  // Columnwise storage [S, I]: 32 storage rows (K) of the 32 free indices of this tile
-  // pair, transposed; this call fills tile ti (rows 0-15 or 16-31 of the transpose).
+  // Columnwise storage [S, I]: 32 storage rows (K) of the 32 free indices of tiles ti and
+  // ti + 1, transposed: rows 0-15 of the transpose are tile ti, rows 16-31 tile ti + 1.
   alignas(64) uint16_t rows[32][32];
   for (int64_t kb = 0; kb < kbs; ++kb) {
-    for (int64_t c = 0; c < 32; ++c)
-      DecodeStorageRow(op, table, kb * 32 + c, (ti / 2) * 32, rows[c]);
+    for (int64_t c = 0; c < 32; ++c) DecodeStorageRow(op, table, kb * 32 + c, ti * 16, rows[c]);
     Transpose32x32(rows);
-    uint16_t* tile = dst + (ti * kbs + kb) * kTileElems;
-    std::memcpy(tile, rows[(ti % 2) * 16], 16 * 32 * sizeof(uint16_t));
+    std::memcpy(dst + (ti * kbs + kb) * kTileElems, rows[0], 16 * 32 * sizeof(uint16_t));
+    std::memcpy(dst + ((ti + 1) * kbs + kb) * kTileElems, rows[16], 16 * 32 * sizeof(uint16_t));
   }
 }
 
@@ -217,10 +216,10 @@ Tensor PackA(const GemmOperand& op, int64_t rows_pad, int64_t kbs, int threads) 
   Tensor out =
       Tensor::Empty(DType::kBF16, {rows_pad / 16, kbs, kTileElems}, MemoryCategory::kWorkspace);
   uint16_t* dst = out.data<uint16_t>();
+  // Rowwise storage packs one tile per call; columnwise a pair (rows_pad is a multiple of 32).
+  const int64_t step = op.contract_rows ? 2 : 1;
 #pragma omp parallel for num_threads(threads) schedule(static)
-  for (int64_t ti = 0; ti < rows_pad / 16; ++ti) PackATiles(op, table, ti, kbs, dst);
-  // (Columnwise storage decodes each 32-wide pair twice, once per tile: simple, and the
-  // decode is a small part of the GEMM.)
+  for (int64_t ti = 0; ti < rows_pad / 16; ti += step) PackATiles(op, table, ti, kbs, dst);
   return out;
 }
 
