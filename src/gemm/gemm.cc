@@ -124,6 +124,35 @@ bool TileIsSafe(const GemmProblem& p, int64_t ti, int64_t tj) {
   return ProductsAreExact(p.a.format, a_min, a_max, p.b.format, b_min, b_max);
 }
 
+std::vector<uint8_t> PlanBlocks(const GemmProblem& p, int64_t block_rows, int64_t block_cols,
+                                std::vector<uint8_t>& skipped) {
+  const int64_t tiles_i = CeilDiv(p.a.free, kGemmTile), tiles_j = CeilDiv(p.b.free, kGemmTile);
+  const int64_t blocks_i = CeilDiv(p.a.free, block_rows), blocks_j = CeilDiv(p.b.free, block_cols);
+  std::vector<uint8_t> safe(static_cast<size_t>(tiles_i * tiles_j));
+  for (int64_t ti = 0; ti < tiles_i; ++ti) {
+    for (int64_t tj = 0; tj < tiles_j; ++tj) safe[ti * tiles_j + tj] = TileIsSafe(p, ti, tj);
+  }
+  // Calls fn(tile index) for every tile block (bi, bj) touches.
+  const auto for_tiles = [&](int64_t bi, int64_t bj, auto&& fn) {
+    const int64_t ti1 = std::min(tiles_i - 1, ((bi + 1) * block_rows - 1) / kGemmTile);
+    const int64_t tj1 = std::min(tiles_j - 1, ((bj + 1) * block_cols - 1) / kGemmTile);
+    for (int64_t ti = bi * block_rows / kGemmTile; ti <= ti1; ++ti) {
+      for (int64_t tj = bj * block_cols / kGemmTile; tj <= tj1; ++tj) fn(ti * tiles_j + tj);
+    }
+  };
+  std::vector<uint8_t> block_ok(static_cast<size_t>(blocks_i * blocks_j), 1);
+  for (int64_t b = 0; b < blocks_i * blocks_j; ++b) {
+    for_tiles(b / blocks_j, b % blocks_j, [&](int64_t t) { block_ok[b] &= safe[t]; });
+  }
+  for (int64_t b = 0; b < blocks_i * blocks_j; ++b) {
+    if (!block_ok[b]) for_tiles(b / blocks_j, b % blocks_j, [&](int64_t t) { skipped[t] = 1; });
+  }
+  for (int64_t b = 0; b < blocks_i * blocks_j; ++b) {
+    for_tiles(b / blocks_j, b % blocks_j, [&](int64_t t) { block_ok[b] &= !skipped[t]; });
+  }
+  return block_ok;
+}
+
 }  // namespace internal
 
 std::vector<std::string> AvailableGemmPaths() {

@@ -316,21 +316,8 @@ void GemmAmx(const GemmProblem& p, std::vector<uint8_t>& skipped) {
   const int64_t rows_pad = CeilDiv(rows, kBlockDim) * kBlockDim;
   const int64_t cols_pad = CeilDiv(cols, kBlockDim) * kBlockDim;
   const int64_t kbs = p.a.blocks;
-  const int64_t tiles_j = CeilDiv(cols, kGemmTile);
   const int64_t panels_i = rows_pad / kBlockDim, panels_j = cols_pad / kBlockDim;
-
-  // A 32x32 block runs on AMX only when all its 16x16 tiles are exact-safe.
-  std::vector<uint8_t> block_ok(static_cast<size_t>(panels_i * panels_j), 1);
-  for (int64_t ti = 0; ti < CeilDiv(rows, kGemmTile); ++ti) {
-    for (int64_t tj = 0; tj < tiles_j; ++tj) {
-      if (!TileIsSafe(p, ti, tj)) block_ok[(ti / 2) * panels_j + tj / 2] = 0;
-    }
-  }
-  for (int64_t ti = 0; ti < CeilDiv(rows, kGemmTile); ++ti) {
-    for (int64_t tj = 0; tj < tiles_j; ++tj) {
-      skipped[ti * tiles_j + tj] = block_ok[(ti / 2) * panels_j + tj / 2] ? 0 : 1;
-    }
-  }
+  const std::vector<uint8_t> block_ok = PlanBlocks(p, kBlockDim, kBlockDim, skipped);
 
   const Tensor a_pack = PackA(p.a, rows_pad, kbs, p.threads);
   const Tensor b_pack = PackB(p.b, cols_pad, kbs, p.threads);

@@ -9,13 +9,10 @@
 #include "mxtrain/tensor.h"
 
 namespace mxtrain::internal {
-namespace {
-
-// Logical [free, S] operand as fp32 rows, S padded to a multiple of 16 with zeros.
-Tensor DecodeToF32(const GemmOperand& op, int64_t s_pad, int threads) {
+Tensor DecodeRowsF32(const GemmOperand& op, int64_t rows, int64_t s_pad, int threads) {
   std::array<float, 256> table;
   for (int c = 0; c < 256; ++c) table[c] = DecodeElement(op.format, static_cast<uint8_t>(c));
-  Tensor out = Tensor::Zeros(DType::kF32, {op.free, s_pad}, MemoryCategory::kWorkspace);
+  Tensor out = Tensor::Zeros(DType::kF32, {rows, s_pad}, MemoryCategory::kWorkspace);
   float* dst = out.data<float>();
 #pragma omp parallel for num_threads(threads) schedule(static)
   for (int64_t f = 0; f < op.free; ++f) {
@@ -26,12 +23,10 @@ Tensor DecodeToF32(const GemmOperand& op, int64_t s_pad, int threads) {
   return out;
 }
 
-}  // namespace
-
 void GemmPortable(const GemmProblem& p, std::vector<uint8_t>& skipped) {
   const int64_t s_pad = CeilDiv(p.a.s, 16) * 16;
-  const Tensor a = DecodeToF32(p.a, s_pad, p.threads);
-  const Tensor b = DecodeToF32(p.b, s_pad, p.threads);
+  const Tensor a = DecodeRowsF32(p.a, p.a.free, s_pad, p.threads);
+  const Tensor b = DecodeRowsF32(p.b, p.b.free, s_pad, p.threads);
   const int64_t tiles_i = CeilDiv(p.a.free, kGemmTile);
   const int64_t tiles_j = CeilDiv(p.b.free, kGemmTile);
   const int64_t cols = p.b.free;

@@ -8,7 +8,6 @@
 #define HWY_TARGET_INCLUDE "gemm/gemm_simd.cc"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
-
 #include <omp.h>
 
 #include <algorithm>
@@ -44,7 +43,8 @@ void Block(const float* a, int64_t s, const float* bt, int64_t ld_bt, float* c, 
   for (int64_t r = 0; r < rows; ++r) {
     hn::StoreU(acc[r][0], d, out);
     hn::StoreU(acc[r][1], d, out + n);
-    for (int64_t j = 0; j < width; ++j) c[r * ldc + j] = (overwrite ? 0.0f : c[r * ldc + j]) + out[j];
+    for (int64_t j = 0; j < width; ++j)
+      c[r * ldc + j] = (overwrite ? 0.0f : c[r * ldc + j]) + out[j];
   }
 }
 
@@ -71,66 +71,20 @@ void GemmSimd(const GemmProblem& p, std::vector<uint8_t>& skipped) {
   const int64_t rows_pad = CeilDiv(rows, kBlockRows) * kBlockRows;
   const int64_t cols_pad = CeilDiv(cols, width) * width;
 
-  // A block runs only if every 16x16 tile it touches is exact-safe; tiles touched by a
-  // block that does not run go to the exact path.
-  const int64_t tiles_i = CeilDiv(rows, kGemmTile), tiles_j = CeilDiv(cols, kGemmTile);
-  std::vector<uint8_t> safe(static_cast<size_t>(tiles_i * tiles_j));
-  for (int64_t ti = 0; ti < tiles_i; ++ti) {
-    for (int64_t tj = 0; tj < tiles_j; ++tj) safe[ti * tiles_j + tj] = TileIsSafe(p, ti, tj);
-  }
   const int64_t blocks_i = rows_pad / kBlockRows, blocks_j = cols_pad / width;
-  std::vector<uint8_t> block_ok(static_cast<size_t>(blocks_i * blocks_j), 1);
-  for (int64_t bi = 0; bi < blocks_i; ++bi) {
-    for (int64_t bj = 0; bj < blocks_j; ++bj) {
-      const int64_t ti = bi * kBlockRows / kGemmTile;
-      for (int64_t tj = bj * width / kGemmTile;
-           tj <= std::min(tiles_j - 1, (bj * width + width - 1) / kGemmTile); ++tj) {
-        if (!safe[ti * tiles_j + tj]) block_ok[bi * blocks_j + bj] = 0;
-      }
-    }
-  }
-  for (int64_t bi = 0; bi < blocks_i; ++bi) {
-    for (int64_t bj = 0; bj < blocks_j; ++bj) {
-      if (block_ok[bi * blocks_j + bj]) continue;
-      const int64_t ti = bi * kBlockRows / kGemmTile;
-      for (int64_t tj = bj * width / kGemmTile;
-           tj <= std::min(tiles_j - 1, (bj * width + width - 1) / kGemmTile); ++tj) {
-        skipped[ti * tiles_j + tj] = 1;
-      }
-    }
-  }
-  // Tiles marked skipped must not be half-computed by a neighbouring block either.
-  for (int64_t bi = 0; bi < blocks_i; ++bi) {
-    for (int64_t bj = 0; bj < blocks_j; ++bj) {
-      const int64_t ti = bi * kBlockRows / kGemmTile;
-      for (int64_t tj = bj * width / kGemmTile;
-           tj <= std::min(tiles_j - 1, (bj * width + width - 1) / kGemmTile); ++tj) {
-        if (skipped[ti * tiles_j + tj]) block_ok[bi * blocks_j + bj] = 0;
-      }
-    }
-  }
+  const std::vector<uint8_t> block_ok = PlanBlocks(p, kBlockRows, width, skipped);
 
-  std::array<float, 256> table;
-  for (int c = 0; c < 256; ++c) table[c] = DecodeElement(p.a.format, static_cast<uint8_t>(c));
+  const Tensor a = DecodeRowsF32(p.a, rows_pad, s, p.threads);
+  const float* ad = a.data<float>();
   std::array<float, 256> table_b;
   for (int c = 0; c < 256; ++c) table_b[c] = DecodeElement(p.b.format, static_cast<uint8_t>(c));
-  Tensor a = Tensor::Zeros(DType::kF32, {rows_pad, s}, MemoryCategory::kWorkspace);
+  // B transposed to [S, J]: the microkernel loads a row of it per K step.
   Tensor bt = Tensor::Zeros(DType::kF32, {s, cols_pad}, MemoryCategory::kWorkspace);
-  float* ad = a.data<float>();
   float* bd = bt.data<float>();
-#pragma omp parallel num_threads(p.threads)
-  {
-#pragma omp for schedule(static) nowait
-    for (int64_t f = 0; f < rows; ++f) {
-      for (int64_t k = 0; k < s; ++k) {
-        ad[f * s + k] = table[p.a.Code(f, k)] * DecodeE8M0(p.a.Scale(f, k / kMxBlock));
-      }
-    }
-#pragma omp for schedule(static)
-    for (int64_t k = 0; k < s; ++k) {
-      for (int64_t f = 0; f < cols; ++f) {
-        bd[k * cols_pad + f] = table_b[p.b.Code(f, k)] * DecodeE8M0(p.b.Scale(f, k / kMxBlock));
-      }
+#pragma omp parallel for num_threads(p.threads) schedule(static)
+  for (int64_t k = 0; k < s; ++k) {
+    for (int64_t f = 0; f < cols; ++f) {
+      bd[k * cols_pad + f] = table_b[p.b.Code(f, k)] * DecodeE8M0(p.b.Scale(f, k / kMxBlock));
     }
   }
 #pragma omp parallel for num_threads(p.threads) schedule(dynamic)

@@ -10,6 +10,7 @@
 
 #include "gemm/amx.h"
 #include "gemm/operand.h"
+#include "mxtrain/tensor.h"
 
 namespace mxtrain::internal {
 
@@ -20,16 +21,27 @@ struct GemmProblem {
   GemmOperand b;  // [J, S]
   const RowScaleStats* a_stats;
   const RowScaleStats* b_stats;
-  float* c;       // [I, J]
-  bool overwrite; // C holds nothing to keep (no accumulator): kernels write, not add
+  float* c;        // [I, J]
+  bool overwrite;  // C holds nothing to keep (no accumulator): kernels write, not add
   int threads;
 };
 
 // Whether output tile (ti, tj) may use a fast path (all its rows and columns exact-safe).
 bool TileIsSafe(const GemmProblem& p, int64_t ti, int64_t tj);
 
+// The blocks of block_rows x block_cols outputs (a grid over C from (0, 0)) that a fast
+// path may compute: a block runs only if every 16x16 tile it touches is exact-safe, and
+// every tile touched by a block that does not run is marked in `skipped` (so no tile is
+// half computed). Returns block_ok, row-major over the block grid.
+std::vector<uint8_t> PlanBlocks(const GemmProblem& p, int64_t block_rows, int64_t block_cols,
+                                std::vector<uint8_t>& skipped);
+
 // skipped[ti * tiles_j + tj] = 1 for tiles left to the exact path.
 using GemmKernel = void (*)(const GemmProblem& p, std::vector<uint8_t>& skipped);
+
+// Logical rows of an operand as fp32 [rows, s_pad] (scales folded in; rows >= op.free and
+// s_pad >= op.s, the rest zero).
+Tensor DecodeRowsF32(const GemmOperand& op, int64_t rows, int64_t s_pad, int threads);
 
 void GemmPortable(const GemmProblem& p, std::vector<uint8_t>& skipped);
 // Highway fp32 FMA microkernels on the best SIMD target (simd.h).
