@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "mxtrain/tensor.h"
+#include "test_util.h"
 
 #ifndef MXTRAIN_CLI_PATH
 #error "MXTRAIN_CLI_PATH must name the built mxtrain binary"
@@ -25,15 +26,6 @@
 namespace mxtrain::testing_util {
 
 namespace fs = std::filesystem;
-
-std::string ReadBytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-void WriteBytes(const std::string& path, const std::string& bytes) {
-  std::ofstream(path, std::ios::binary) << bytes;
-}
 
 std::string ShapeTuple(const std::vector<int64_t>& dims) {
   std::string s = "(";

@@ -1,6 +1,7 @@
 // ReadNpy / WriteNpyFiles: round trips, the exact bytes NumPy's format prescribes, headers
 // written by hand in every accepted variant, each rejected input, and all-or-nothing sets.
 #include "mxtrain/npy.h"
+#include "test_util.h"
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -22,14 +23,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string ReadBytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-void WriteBytes(const std::string& path, const std::string& bytes) {
-  std::ofstream(path, std::ios::binary) << bytes;
-}
+using testing_util::ReadBytes;
+using testing_util::WriteBytes;
 
 // An .npy file encoded here, independently of the library: magic, version, little-endian
 // header length, the header text as given (no padding rules applied), then the data.

@@ -6,6 +6,8 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <random>
 #include <string>
 #include <vector>
@@ -61,6 +63,15 @@ inline std::vector<float> EdgeMix(int64_t count, uint64_t seed) {
     v[static_cast<size_t>(pos(rng))] = (j % 3 == 0) ? -INFINITY : (j % 3 == 1) ? INFINITY : NAN;
   }
   return v;
+}
+
+inline std::string ReadBytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+inline void WriteBytes(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary) << bytes;
 }
 
 inline Tensor MakeF32(const Shape& shape, const std::vector<float>& values) {
