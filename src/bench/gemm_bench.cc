@@ -7,12 +7,17 @@
 #include <cmath>
 #include <sstream>
 
+#include "bench/bench_util.h"
 #include "bench/onednn_matmul.h"
 #include "mxtrain/bench.h"
 #include "mxtrain/error.h"
 #include "mxtrain/gemm.h"
 
 namespace mxtrain {
+
+using internal::JsonNumber;
+using internal::Median;
+using internal::RandomTensor;
 
 std::string_view Name(GemmBenchKind kind) {
   switch (kind) {
@@ -61,32 +66,6 @@ std::vector<GemmBenchCase> StandardGemmBenchCases() {
 }
 
 bool HaveOneDnnBaseline() { return internal::HaveOneDnn(); }
-
-namespace {
-
-// Uniform values in [-1, 1) from a hash of (seed, index): seeded, and parallel without
-// sharing a generator (the layer cases fill hundreds of MB).
-Tensor RandomTensor(Shape shape, uint64_t seed, int threads) {
-  Tensor t = Tensor::Empty(DType::kF32, std::move(shape));
-  float* p = t.data<float>();
-  const int64_t n = t.NumElements();
-#pragma omp parallel for num_threads(threads) schedule(static)
-  for (int64_t i = 0; i < n; ++i) {
-    uint64_t z = seed * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(i);  // splitmix64
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z ^= z >> 31;
-    p[i] = static_cast<float>(static_cast<int64_t>(z >> 40) - (int64_t{1} << 23)) * 0x1p-23f;
-  }
-  return t;
-}
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-}  // namespace
 
 GemmBench::GemmBench(const GemmBenchCase& c)
     : case_(c), threads_(c.threads > 0 ? c.threads : omp_get_max_threads()) {
@@ -242,39 +221,17 @@ GemmBenchResult MeasureGemmBench(const GemmBenchCase& c, int reps) {
   return r;
 }
 
-namespace {
-
-// A JSON number, or null.
-std::string Num(std::optional<double> v, bool scientific = false) {
-  if (!v) return "null";
-  // JSON has no inf or NaN; a string keeps them apart from null (= not measured).
-  if (std::isnan(*v)) return "\"nan\"";
-  if (std::isinf(*v)) return "\"inf\"";
-  std::ostringstream os;
-  if (scientific) {
-    os.setf(std::ios::scientific);
-    os.precision(2);
-  } else {
-    os.setf(std::ios::fixed);
-    os.precision(4);
-  }
-  os << *v;
-  return os.str();
-}
-
-}  // namespace
-
 std::string ToJson(const GemmBenchResult& r) {
   std::ostringstream os;
   os << "{\"case\": \"" << r.c.name << "\", \"kind\": \"" << Name(r.c.kind) << "\", \"gemm\": \""
      << Name(r.c.gemm) << "\", \"m\": " << r.c.m << ", \"n\": " << r.c.n << ", \"k\": " << r.c.k
-     << ", \"groups\": " << r.c.num_groups() << ", \"ms\": " << Num(r.ms)
-     << ", \"gflops\": " << Num(r.gflops) << ", \"onednn_gflops\": " << Num(r.onednn_gflops)
-     << ", \"ratio\": " << Num(r.ratio) << ", \"amx_peak_gflops\": " << Num(r.amx_peak_gflops)
-     << ", \"peak_fraction\": " << Num(r.peak_fraction) << ", \"threads\": " << r.threads
-     << ", \"path\": \"" << r.path << "\", \"onednn_ms\": " << Num(r.onednn_ms)
+     << ", \"groups\": " << r.c.num_groups() << ", \"ms\": " << JsonNumber(r.ms)
+     << ", \"gflops\": " << JsonNumber(r.gflops) << ", \"onednn_gflops\": " << JsonNumber(r.onednn_gflops)
+     << ", \"ratio\": " << JsonNumber(r.ratio) << ", \"amx_peak_gflops\": " << JsonNumber(r.amx_peak_gflops)
+     << ", \"peak_fraction\": " << JsonNumber(r.peak_fraction) << ", \"threads\": " << r.threads
+     << ", \"path\": \"" << r.path << "\", \"onednn_ms\": " << JsonNumber(r.onednn_ms)
      << ", \"onednn_impl\": " << (r.onednn_impl.empty() ? "null" : "\"" + r.onednn_impl + "\"")
-     << ", \"max_rel_diff\": " << Num(r.max_rel_diff, /*scientific=*/true) << "}";
+     << ", \"max_rel_diff\": " << JsonNumber(r.max_rel_diff, /*scientific=*/true) << "}";
   return os.str();
 }
 

@@ -6,6 +6,7 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "mxtrain/error.h"
+#include "omp_threads.h"
 #endif
 
 namespace mxtrain::internal {
@@ -23,20 +24,6 @@ std::unique_ptr<OneDnnMatmuls> OneDnnMatmuls::Create(const std::vector<MatmulVie
 bool HaveOneDnn() { return true; }
 
 namespace {
-
-// oneDNN's OpenMP runtime sizes its parallel regions by omp_get_max_threads() of the
-// calling thread, both when it creates a primitive (the blocking it picks depends on the
-// thread count) and when it runs one; this sets that count for a scope and restores it.
-class ScopedOmpThreads {
- public:
-  explicit ScopedOmpThreads(int threads) : saved_(omp_get_max_threads()) {
-    omp_set_num_threads(threads);
-  }
-  ~ScopedOmpThreads() { omp_set_num_threads(saved_); }
-
- private:
-  int saved_;
-};
 
 class DnnlMatmuls final : public OneDnnMatmuls {
  public:

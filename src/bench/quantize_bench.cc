@@ -8,10 +8,13 @@
 #include <random>
 #include <sstream>
 
+#include "bench/bench_util.h"
 #include "mxtrain/error.h"
 #include "mxtrain/simd.h"
 
 namespace mxtrain {
+
+using internal::Median;
 
 std::string_view Name(QuantizeKind kind) {
   switch (kind) {
@@ -69,10 +72,6 @@ int64_t OutputBytes(const QuantizeBenchCase& c, const GroupList& groups) {
   return 0;
 }
 
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 }  // namespace
 

@@ -46,41 +46,58 @@ Checked CheckOperands(const MxTensor& a, const MxTensor& b, const GemmOptions& o
   MXTRAIN_CHECK(c.a.s == c.b.s, "gemm: contraction lengths differ: A (", Name(a.axis()), " ",
                 a.shape().ToString(), ") contracts ", c.a.s, ", B (", Name(b.axis()), " ",
                 b.shape().ToString(), ") contracts ", c.b.s);
-  MXTRAIN_CHECK(o.out_dtype == DType::kF32 || o.out_dtype == DType::kBF16,
-                "gemm: output dtype must be f32 or bf16, got ", Name(o.out_dtype));
-  const Shape c_shape{c.a.free, c.b.free};
+  internal::CheckGemmOutputOptions(c.a.free, c.b.free, o, "gemm");
+  return c;
+}
+
+Tensor ResultBuffer(const Checked& c, const GemmOptions& o) {
+  return internal::GemmResultBuffer(c.a.free, c.b.free, c.a.s == 0, o);
+}
+
+internal::GemmKernel ChooseKernel() {
+  const std::string path = CurrentGemmPath();
+  if (path == "amx-bf16") return &internal::GemmAmx;
+  if (path == "simd-f32") return &internal::GemmSimd;
+  return &internal::GemmPortable;
+}
+
+}  // namespace
+
+namespace internal {
+
+void CheckGemmOutputOptions(int64_t rows, int64_t cols, const GemmOptions& o, const char* op) {
+  MXTRAIN_CHECK(o.out_dtype == DType::kF32 || o.out_dtype == DType::kBF16, op,
+                ": output dtype must be f32 or bf16, got ", Name(o.out_dtype));
+  const Shape c_shape{rows, cols};
   if (o.bias != nullptr) {
     MXTRAIN_CHECK(
-        o.bias->defined() && o.bias->dtype() == DType::kF32 && o.bias->shape() == Shape{c.b.free},
-        "gemm: bias must be f32 of shape [", c.b.free, "]");
+        o.bias->defined() && o.bias->dtype() == DType::kF32 && o.bias->shape() == Shape{cols},
+        op, ": bias must be f32 of shape [", cols, "]");
   }
   if (o.accumulate != nullptr) {
     MXTRAIN_CHECK(o.accumulate->defined() && o.accumulate->dtype() == DType::kF32 &&
                       o.accumulate->shape() == c_shape,
-                  "gemm: accumulator must be f32 of shape ", c_shape.ToString());
-    MXTRAIN_CHECK(o.out_dtype == DType::kF32, "gemm: accumulation needs an f32 output");
+                  op, ": accumulator must be f32 of shape ", c_shape.ToString());
+    MXTRAIN_CHECK(o.out_dtype == DType::kF32, op, ": accumulation needs an f32 output");
   }
   if (o.out != nullptr) {
-    MXTRAIN_CHECK(o.accumulate == nullptr, "gemm: give an output or an accumulator, not both");
+    MXTRAIN_CHECK(o.accumulate == nullptr, op, ": give an output or an accumulator, not both");
     MXTRAIN_CHECK(o.out->defined() && o.out->dtype() == o.out_dtype && o.out->shape() == c_shape,
-                  "gemm: output must be ", Name(o.out_dtype), " of shape ", c_shape.ToString());
+                  op, ": output must be ", Name(o.out_dtype), " of shape ", c_shape.ToString());
   }
-  return c;
 }
 
-// The fp32 result buffer: the accumulator itself, or a new tensor (zeroed only when no
-// kernel will write it: an empty contraction).
-Tensor ResultBuffer(const Checked& c, const GemmOptions& o) {
+Tensor GemmResultBuffer(int64_t rows, int64_t cols, bool empty_contraction,
+                        const GemmOptions& o) {
   if (o.accumulate != nullptr) return *o.accumulate;
   Tensor buffer = o.out != nullptr && o.out_dtype == DType::kF32
                       ? *o.out
-                      : Tensor::Empty(DType::kF32, {c.a.free, c.b.free}, o.category);
-  if (c.a.s == 0) std::memset(buffer.raw(), 0, buffer.NumBytes());
+                      : Tensor::Empty(DType::kF32, {rows, cols}, o.category);
+  if (empty_contraction) std::memset(buffer.raw(), 0, buffer.NumBytes());
   return buffer;
 }
 
-// Adds the bias and rounds to the output dtype (into options.out when given).
-Tensor Finish(Tensor c32, const GemmOptions& o, int threads) {
+Tensor FinishGemm(Tensor c32, const GemmOptions& o, int threads) {
   const int64_t rows = c32.shape()[0], cols = c32.shape()[1];
   float* c = c32.data<float>();
   if (o.bias != nullptr) {
@@ -97,17 +114,6 @@ Tensor Finish(Tensor c32, const GemmOptions& o, int threads) {
   for (int64_t i = 0; i < rows * cols; ++i) dst[i] = F32ToBf16(c[i]);
   return out;
 }
-
-internal::GemmKernel ChooseKernel() {
-  const std::string path = CurrentGemmPath();
-  if (path == "amx-bf16") return &internal::GemmAmx;
-  if (path == "simd-f32") return &internal::GemmSimd;
-  return &internal::GemmPortable;
-}
-
-}  // namespace
-
-namespace internal {
 
 bool TileIsSafe(const GemmProblem& p, int64_t ti, int64_t tj) {
   uint8_t a_min = 255, a_max = 0, b_min = 255, b_max = 0;
@@ -210,7 +216,7 @@ Tensor MxGemm(const MxTensor& a, const MxTensor& b, const GemmOptions& options) 
       }
     }
   }
-  return Finish(std::move(c32), options, threads);
+  return internal::FinishGemm(std::move(c32), options, threads);
 }
 
 namespace ref {
