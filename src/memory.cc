@@ -28,6 +28,7 @@ struct Counter {
 
 Counter g_by_category[kNumMemoryCategories];
 Counter g_total;
+Counter g_held_for_backward;
 
 Counter& CounterOf(MemoryCategory c) { return g_by_category[static_cast<int>(c)]; }
 
@@ -127,6 +128,7 @@ Storage::Storage(size_t bytes, MemoryCategory category) : bytes_(bytes), categor
 }
 
 Storage::~Storage() {
+  MXTRAIN_DCHECK(backward_holds_.load() == 0);  // a hold owns a reference
   Cache().Give(data_, Padded(bytes_));
   CounterOf(category_).Sub(static_cast<int64_t>(bytes_));
   g_total.Sub(static_cast<int64_t>(bytes_));
@@ -139,11 +141,24 @@ void Storage::Recategorize(MemoryCategory category) {
   category_ = category;
 }
 
+void Storage::AddBackwardHold() {
+  if (backward_holds_.fetch_add(1, std::memory_order_relaxed) == 0) {
+    g_held_for_backward.Add(static_cast<int64_t>(bytes_));
+  }
+}
+
+void Storage::RemoveBackwardHold() {
+  const int before = backward_holds_.fetch_sub(1, std::memory_order_relaxed);
+  MXTRAIN_DCHECK(before > 0);
+  if (before == 1) g_held_for_backward.Sub(static_cast<int64_t>(bytes_));
+}
+
 MemoryReport ReadMemory() {
   MemoryReport report;
   for (int i = 0; i < kNumMemoryCategories; ++i) report.by_category[i] = g_by_category[i].Read();
   report.total = g_total.Read();
   report.cached_bytes = Cache().cached();
+  report.held_for_backward = g_held_for_backward.Read();
   return report;
 }
 
@@ -158,6 +173,7 @@ void ReleaseCachedMemory() {
 void ResetMemoryPeaks() {
   for (Counter& c : g_by_category) c.ResetPeak();
   g_total.ResetPeak();
+  g_held_for_backward.ResetPeak();
 }
 
 }  // namespace mxtrain

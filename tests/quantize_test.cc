@@ -228,7 +228,7 @@ TEST(Grouped, ReferenceEqualsColumnwisePerGroup) {
   }
 }
 
-TEST(Grouped, FastEqualsReferenceEveryTarget) {
+TEST(Grouped, FastAndDualEqualReferenceEveryTarget) {
   uint64_t seed = 300;
   for (const std::string& target : AvailableSimdTargets()) {
     ScopedSimdTarget scoped(target);
@@ -243,8 +243,14 @@ TEST(Grouped, FastEqualsReferenceEveryTarget) {
           const GroupList groups = GroupList::Make(list, type, 100);
           const QuantizeOptions o{kFormats[seed % 2], kRules[seed % 4]};
           for (const Tensor& x : {MakeF32({100, k}, v), MakeBf16({100, k}, v)}) {
-            ExpectSame(QuantizeGrouped(x, groups, o), ref::QuantizeGrouped(x, groups, o),
-                       StrCat("grouped ", groups.ToString(), " ", Describe(o, x), " seed ", seed));
+            const std::string what =
+                StrCat("grouped ", groups.ToString(), " ", Describe(o, x), " seed ", seed);
+            const MxTensor want = ref::QuantizeGrouped(x, groups, o);
+            ExpectSame(QuantizeGrouped(x, groups, o), want, what);
+            // The dual form (MoE forward / backward): both layouts from one pass.
+            const DualMx dual = QuantizeDualGrouped(x, groups, o);
+            ExpectSame(dual.columnwise, want, "dual " + what);
+            ExpectSame(dual.rowwise, ref::QuantizeRowwise(x, o), "dual rowwise " + what);
           }
         }
       }
@@ -266,6 +272,7 @@ TEST(Grouped, BadGroupListsRaise) {
   const Tensor x = Tensor::Zeros(DType::kF32, {10, 4});
   const GroupList other = GroupList::Make(std::vector<int64_t>{12}, GroupListType::kCounts, 12);
   EXPECT_THROW(QuantizeGrouped(x, other, {}), Error);
+  EXPECT_THROW(QuantizeDualGrouped(x, other, {}), Error);
   EXPECT_THROW(QuantizeGrouped(Tensor::Zeros(DType::kF32, {2, 5, 4}),
                                GroupList::Make(std::vector<int64_t>{5}, GroupListType::kCounts, 5), {}),
                Error);

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -33,6 +34,11 @@ struct MemoryReport {
   std::array<MemoryFigures, kNumMemoryCategories> by_category;
   MemoryFigures total;   // bytes held by live tensors (what every memory figure reports)
   int64_t cached_bytes;  // freed buffers kept for reuse, not counted in total
+  // Bytes of every buffer a pending backward pass holds (Storage::AddBackwardHold), each
+  // counted once however many holders it has and whatever its category: the copies made
+  // for backward (kSavedForBackward) and the high-precision tensors a deferred policy
+  // references. An overlay on the categories, not one of them.
+  MemoryFigures held_for_backward;
 };
 
 // A 64-byte aligned buffer whose bytes are counted under its category while it lives.
@@ -50,10 +56,17 @@ class Storage {
   // becomes saved for backward).
   void Recategorize(MemoryCategory category);
 
+  // A backward pass holds this buffer (SavedTensors, ops/saved.h): its bytes count in
+  // MemoryReport::held_for_backward while at least one hold lasts.
+  void AddBackwardHold();
+  void RemoveBackwardHold();
+  int backward_holds() const { return backward_holds_.load(std::memory_order_relaxed); }
+
  private:
   void* data_;
   size_t bytes_;
   MemoryCategory category_;
+  std::atomic<int> backward_holds_{0};
 };
 
 // Current figures. Peaks are since the start of the process or the last ResetMemoryPeaks.

@@ -8,6 +8,7 @@
 //   MxTensor xc = QuantizeColumnwise(x, {});        // blocks of 32 along M
 //   auto [r, c] = QuantizeDual(x, {});              // both, one pass over x
 //   MxTensor xg = QuantizeGrouped(x, groups, {});   // columnwise, blocks restart per group
+//   auto [r, g] = QuantizeDualGrouped(x, groups, {}); // rowwise + grouped, one pass
 //   Tensor y = Dequantize(xr, DType::kF32);
 #pragma once
 
@@ -36,6 +37,10 @@ DualMx QuantizeDual(const Tensor& x, const QuantizeOptions& options);
 // Token-grouped columnwise for mixture-of-experts: x is 2-D [M, K], groups cover M; every
 // group is blocked from its own first row, empty groups add no scale rows.
 MxTensor QuantizeGrouped(const Tensor& x, const GroupList& groups, const QuantizeOptions& options);
+// Rowwise and token-grouped columnwise from one read of a 2-D x (mixture-of-experts
+// forward and backward); each equals QuantizeRowwise / QuantizeGrouped.
+DualMx QuantizeDualGrouped(const Tensor& x, const GroupList& groups,
+                           const QuantizeOptions& options);
 
 // Elements times their block scale, as fp32 or bf16 (rounded to nearest even); a block with
 // scale 0xFF reads back as NaN. out_dtype must be kF32 or kBF16.

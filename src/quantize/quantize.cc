@@ -121,6 +121,30 @@ MxTensor MakeColumnwise(const Tensor& x, const QuantizeOptions& options,
   return std::move(col).Finish(BlockAxis::kColumnwise, options, std::move(groups));
 }
 
+// Rowwise and columnwise (blocked per segment; token-grouped when groups are given) from
+// one pass of the dual kernel over x.
+DualMx MakeDual(const Tensor& x, const QuantizeOptions& options, const GroupList& segments,
+                std::optional<GroupList> groups) {
+  const QuantSource src = SourceOf(x, options, "dual quantize");
+  MxBuffers row(x, BlockAxis::kRowwise, std::nullopt, options);
+  MxBuffers col(x, BlockAxis::kColumnwise, groups, options);
+  const QuantKernels& k = internal::CurrentQuantKernels();
+  const int threads = ThreadCount(options);
+  const RowwiseOut row_out{row.data.data<uint8_t>(), row.scales.data<uint8_t>()};
+  const ColwiseOut col_out{col.data.data<uint8_t>(), col.scales.data<uint8_t>()};
+  ForEachStrip(MakeStrips(segments, src.cols, threads), threads,
+               [&](const ColStrip& s, void* ws) { k.dual(src, s, row_out, col_out, ws); });
+  return DualMx{std::move(row).Finish(BlockAxis::kRowwise, options),
+                std::move(col).Finish(BlockAxis::kColumnwise, options, std::move(groups))};
+}
+
+void CheckGroupedInput(const Tensor& x, const GroupList& groups, const char* op) {
+  MXTRAIN_CHECK(x.rank() == 2, op, ": input must be 2-D [M, K], got shape ",
+                x.shape().ToString());
+  MXTRAIN_CHECK(groups.num_groups() > 0 && groups.total_rows() == x.shape()[0], op,
+                ": group list covers ", groups.total_rows(), " rows but M = ", x.shape()[0]);
+}
+
 }  // namespace
 
 MxTensor QuantizeRowwise(const Tensor& x, const QuantizeOptions& options) {
@@ -149,26 +173,20 @@ MxTensor QuantizeColumnwise(const Tensor& x, const QuantizeOptions& options) {
 MxTensor QuantizeGrouped(const Tensor& x, const GroupList& groups,
                          const QuantizeOptions& options) {
   SourceOf(x, options, "grouped quantize");
-  MXTRAIN_CHECK(x.rank() == 2, "grouped quantize: input must be 2-D [M, K], got shape ",
-                x.shape().ToString());
-  MXTRAIN_CHECK(groups.num_groups() > 0 && groups.total_rows() == x.shape()[0],
-                "grouped quantize: group list covers ", groups.total_rows(),
-                " rows but M = ", x.shape()[0]);
+  CheckGroupedInput(x, groups, "grouped quantize");
   return MakeColumnwise(x, options, groups, groups);
 }
 
 DualMx QuantizeDual(const Tensor& x, const QuantizeOptions& options) {
-  const QuantSource src = SourceOf(x, options, "dual quantize");
-  MxBuffers row(x, BlockAxis::kRowwise, std::nullopt, options);
-  MxBuffers col(x, BlockAxis::kColumnwise, std::nullopt, options);
-  const QuantKernels& k = internal::CurrentQuantKernels();
-  const int threads = ThreadCount(options);
-  const RowwiseOut row_out{row.data.data<uint8_t>(), row.scales.data<uint8_t>()};
-  const ColwiseOut col_out{col.data.data<uint8_t>(), col.scales.data<uint8_t>()};
-  ForEachStrip(MakeStrips(BatchSegments(x.shape()), src.cols, threads), threads,
-               [&](const ColStrip& s, void* ws) { k.dual(src, s, row_out, col_out, ws); });
-  return DualMx{std::move(row).Finish(BlockAxis::kRowwise, options),
-                std::move(col).Finish(BlockAxis::kColumnwise, options)};
+  SourceOf(x, options, "dual quantize");
+  return MakeDual(x, options, BatchSegments(x.shape()), std::nullopt);
+}
+
+DualMx QuantizeDualGrouped(const Tensor& x, const GroupList& groups,
+                           const QuantizeOptions& options) {
+  SourceOf(x, options, "grouped dual quantize");
+  CheckGroupedInput(x, groups, "grouped dual quantize");
+  return MakeDual(x, options, groups, groups);
 }
 
 void EncodeElements(ElementFormat format, const float* in, uint8_t* out, size_t n) {

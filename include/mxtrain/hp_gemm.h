@@ -1,0 +1,58 @@
+// High-precision GEMM: what the ops run when MXFP8 is off (the bf16 and fp32 baselines of
+// a training run), with the same contraction rule as MxGemm (gemm.h), so that fprop,
+// dgrad and wgrad need no transposed copies:
+//
+//   C[i, j] = sum_s A(i, s) * B(j, s)
+//   A: [I, S] (Contract::kLast) or [S, I] (Contract::kFirst); B: [J, S] or [S, J]
+//
+//   fprop  Y  = HpGemm(X, kLast,  W, kLast,  compute)   // [M,K] . [N,K]^T => [M, N]
+//   dgrad  dX = HpGemm(dY, kLast, W, kFirst, compute)   // [M,N] . [N,K]   => [M, K]
+//   wgrad  dW = HpGemm(dY, kFirst, X, kFirst, compute)  // [M,N]^T . [M,K] => [N, K]
+//
+// compute kBF16: each operand is rounded to bf16 (nearest even; bf16 tensors as they are),
+// products are exact in fp32 and sums accumulate in fp32 (order unspecified), C is
+// rounded once to the output type. compute kF32: fp32 operands (bf16 widened exactly),
+// fp32 products and sums. Paths: oneDNN's matmul ("onednn", AMX or AVX-512 where the CPU
+// has them) when mxtrain was built with oneDNN, and plain loops ("portable") everywhere.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "mxtrain/gemm.h"
+#include "mxtrain/group_list.h"
+#include "mxtrain/tensor.h"
+
+namespace mxtrain {
+
+// Which axis of a 2-D operand is the contraction axis.
+enum class Contract : uint8_t {
+  kLast,   // stored [free, S]
+  kFirst,  // stored [S, free]
+};
+
+// C = A . B^T along the contraction axes above. Operands are 2-D f32 or bf16; compute is
+// kBF16 or kF32. GemmOptions as for MxGemm: out_dtype, bias [J] (f32), accumulate (f32
+// [I, J]), out, threads, category. Throws Error on mismatched contraction lengths, bad
+// dtypes or ranks, or options of the wrong shape.
+Tensor HpGemm(const Tensor& a, Contract a_contract, const Tensor& b, Contract b_contract,
+              DType compute, const GemmOptions& options = {});
+
+// Mixture-of-experts forms, as MxGroupedGemm / MxGroupedWgrad (gemm.h) and each group
+// bit-identical to HpGemm on that group:
+// Y rows of group e = x rows of e [m_e, S] . W[e] with w [E, R, C] contracting along C
+// (kLast: W[e] is [J, S]) or R (kFirst: [S, J]); bias, if given, [E, J].
+Tensor HpGroupedGemm(const Tensor& x, const Tensor& w, Contract w_contract,
+                     const GroupList& groups, DType compute, const GemmOptions& options = {});
+// dW[e] = dy_e^T . x_e over each group's rows: [E, N, K] f32 (or into options.accumulate);
+// an empty group gives zeros, or leaves the accumulator untouched.
+Tensor HpGroupedWgrad(const Tensor& dy, const Tensor& x, const GroupList& groups, DType compute,
+                      const GemmOptions& options = {});
+
+// The high-precision GEMM paths this build and machine can run, best first ("onednn",
+// "portable"), and forcing one for tests and benchmarks ("" = best).
+std::vector<std::string> AvailableHpGemmPaths();
+void ForceHpGemmPath(const std::string& name);
+std::string CurrentHpGemmPath();
+
+}  // namespace mxtrain

@@ -1,0 +1,223 @@
+// The high-precision GEMMs of the MXFP8-off baselines (every path, every contraction
+// layout, bf16 and fp32 compute) against a double-precision oracle on the operands as
+// rounded to the compute type; the grouped forms bit-identical to per-group calls; and
+// the elementwise kernels around them (casts, bias-gradient row sums).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "gemm_test_util.h"
+#include "mxtrain/elementwise.h"
+#include "mxtrain/error.h"
+#include "mxtrain/hp_gemm.h"
+#include "test_util.h"
+
+namespace mxtrain {
+namespace {
+
+using testing_util::BytesEqual;
+using testing_util::MakeBf16;
+using testing_util::MakeF32;
+using testing_util::RandomValues;
+
+struct ScopedHpPath {
+  explicit ScopedHpPath(const std::string& name) { ForceHpGemmPath(name); }
+  ~ScopedHpPath() { ForceHpGemmPath(""); }
+};
+
+double ValueAt(const Tensor& t, int64_t i) {
+  return t.dtype() == DType::kF32 ? t.data<float>()[i] : Bf16ToF32(t.data<uint16_t>()[i]);
+}
+
+// Operand element (f, s) rounded to the compute type, as a double.
+double Operand(const Tensor& t, Contract c, int64_t f, int64_t s, DType compute) {
+  const int64_t cols = t.shape()[1];
+  const double v = c == Contract::kLast ? ValueAt(t, f * cols + s) : ValueAt(t, s * cols + f);
+  return compute == DType::kBF16 ? Bf16ToF32(F32ToBf16(static_cast<float>(v))) : v;
+}
+
+// |C - exact| <= (S + 2) 2^-24 sum |a b| + half an ulp of the output.
+void ExpectHpWithinBound(const Tensor& c, const Tensor& a, Contract ca, const Tensor& b,
+                         Contract cb, DType compute, const std::string& what,
+                         const Tensor* bias = nullptr, const std::vector<float>* before = nullptr) {
+  const int64_t m = c.shape()[0], n = c.shape()[1];
+  const int64_t s = ca == Contract::kLast ? a.shape()[1] : a.shape()[0];
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      double exact = 0, abs = 0;
+      for (int64_t k = 0; k < s; ++k) {
+        const double p = Operand(a, ca, i, k, compute) * Operand(b, cb, j, k, compute);
+        exact += p;
+        abs += std::fabs(p);
+      }
+      if (before != nullptr) exact += (*before)[i * n + j], abs += std::fabs((*before)[i * n + j]);
+      if (bias != nullptr) exact += bias->data<float>()[j], abs += std::fabs(bias->data<float>()[j]);
+      const double got = ValueAt(c, i * n + j);
+      const double half_ulp = std::fabs(exact) * (c.dtype() == DType::kF32 ? 0x1p-24 : 0x1p-8);
+      ASSERT_LE(std::fabs(got - exact), (s + 2) * 0x1p-24 * abs + half_ulp + 1e-30)
+          << what << " at " << i << "," << j;
+    }
+  }
+}
+
+Tensor Stored(const std::vector<float>& v, int64_t free, int64_t s, Contract c, DType dtype) {
+  const Shape shape = c == Contract::kLast ? Shape{free, s} : Shape{s, free};
+  return dtype == DType::kF32 ? MakeF32(shape, v) : MakeBf16(shape, v);
+}
+
+TEST(HpGemm, EveryPathLayoutAndComputeWithinBound) {
+  for (const std::string& path : AvailableHpGemmPaths()) {
+    const ScopedHpPath scope(path);
+    uint64_t seed = 1;
+    for (DType compute : {DType::kF32, DType::kBF16}) {
+      for (DType in_dtype : {DType::kF32, DType::kBF16}) {
+        for (Contract ca : {Contract::kLast, Contract::kFirst}) {
+          for (Contract cb : {Contract::kLast, Contract::kFirst}) {
+            for (const auto& [m, n, s] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{
+                     {1, 1, 1}, {7, 33, 65}, {64, 48, 96}, {70, 5, 3}}) {
+              const Tensor a = Stored(RandomValues(m * s, ++seed, -3, 3), m, s, ca, in_dtype);
+              const Tensor b = Stored(RandomValues(n * s, ++seed, -3, 3), n, s, cb, in_dtype);
+              const std::string what = StrCat(path, " compute=", Name(compute), " in=",
+                                              Name(in_dtype), " ", m, "x", n, "x", s);
+              const Tensor c = HpGemm(a, ca, b, cb, compute);
+              ASSERT_EQ(c.shape(), (Shape{m, n})) << what;
+              ExpectHpWithinBound(c, a, ca, b, cb, compute, what);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(HpGemm, BiasAccumulateBf16OutputAndGivenOutput) {
+  const int64_t m = 40, n = 24, s = 50;
+  const Tensor a = MakeF32({m, s}, RandomValues(m * s, 3, -2, 2));
+  const Tensor b = MakeF32({s, n}, RandomValues(n * s, 4, -2, 2));
+  Tensor bias = MakeF32({n}, RandomValues(n, 5, -1, 1));
+  const std::vector<float> start = RandomValues(m * n, 6, -1, 1);
+  for (const std::string& path : AvailableHpGemmPaths()) {
+    const ScopedHpPath scope(path);
+    GemmOptions ob;
+    ob.bias = &bias;
+    ob.out_dtype = DType::kBF16;
+    const Tensor c = HpGemm(a, Contract::kLast, b, Contract::kFirst, DType::kBF16, ob);
+    ASSERT_EQ(c.dtype(), DType::kBF16);
+    ExpectHpWithinBound(c, a, Contract::kLast, b, Contract::kFirst, DType::kBF16, path + " bias bf16", &bias);
+    Tensor acc = MakeF32({m, n}, start);
+    GemmOptions oa;
+    oa.accumulate = &acc;
+    const Tensor r = HpGemm(a, Contract::kLast, b, Contract::kFirst, DType::kF32, oa);
+    EXPECT_EQ(r.storage(), acc.storage());
+    ExpectHpWithinBound(acc, a, Contract::kLast, b, Contract::kFirst, DType::kF32, path + " acc",
+                        nullptr, &start);
+    // Into rows [10, 30) of a larger output.
+    Tensor big = Tensor::Zeros(DType::kF32, {60, n});
+    Tensor view = big.Slice(10, 30);
+    GemmOptions oo;
+    oo.out = &view;
+    HpGemm(a.Slice(0, 20), Contract::kLast, b, Contract::kFirst, DType::kF32, oo);
+    const Tensor alone = HpGemm(a.Slice(0, 20), Contract::kLast, b, Contract::kFirst, DType::kF32);
+    EXPECT_EQ(std::memcmp(alone.raw(), big.data<float>() + 10 * n, alone.NumBytes()), 0) << path;
+    EXPECT_EQ(big.data<float>()[0], 0.0f);
+  }
+}
+
+TEST(HpGemm, EmptyShapesAndErrors) {
+  const Tensor a0 = Tensor::Zeros(DType::kF32, {5, 0});
+  const Tensor b0 = Tensor::Zeros(DType::kF32, {3, 0});
+  const Tensor c0 = HpGemm(a0, Contract::kLast, b0, Contract::kLast, DType::kF32);
+  ASSERT_EQ(c0.shape(), (Shape{5, 3}));
+  for (int i = 0; i < 15; ++i) EXPECT_EQ(c0.data<float>()[i], 0.0f);
+  const Tensor e = HpGemm(Tensor::Zeros(DType::kF32, {0, 4}), Contract::kLast,
+                          Tensor::Zeros(DType::kF32, {3, 4}), Contract::kLast, DType::kBF16);
+  EXPECT_EQ(e.shape(), (Shape{0, 3}));
+  const Tensor a = Tensor::Zeros(DType::kF32, {4, 8});
+  EXPECT_THROW(HpGemm(a, Contract::kLast, Tensor::Zeros(DType::kF32, {4, 7}), Contract::kLast,
+                      DType::kF32), Error);
+  EXPECT_THROW(HpGemm(a, Contract::kLast, a, Contract::kLast, DType::kU8), Error);
+  EXPECT_THROW(HpGemm(Tensor::Zeros(DType::kU8, {4, 8}), Contract::kLast, a, Contract::kLast,
+                      DType::kF32), Error);
+  EXPECT_THROW(ForceHpGemmPath("cublas"), Error);
+}
+
+TEST(HpGemm, GroupedFormsEqualPerGroupCalls) {
+  const int64_t m = 90, k = 40, n = 24, experts = 4;
+  const GroupList groups = GroupList::Make(std::vector<int64_t>{30, 0, 41, 19}, GroupListType::kCounts, m);
+  const Tensor x = MakeBf16({m, k}, RandomValues(m * k, 7, -2, 2));
+  const Tensor w = MakeF32({experts, n, k}, RandomValues(experts * n * k, 8, -2, 2));
+  const Tensor dy = MakeBf16({m, n}, RandomValues(m * n, 9, -2, 2));
+  for (const std::string& path : AvailableHpGemmPaths()) {
+    const ScopedHpPath scope(path);
+    const Tensor y = HpGroupedGemm(x, w, Contract::kLast, groups, DType::kBF16);
+    const Tensor dx = HpGroupedGemm(dy, w, Contract::kFirst, groups, DType::kBF16);
+    const Tensor dw = HpGroupedWgrad(dy, x, groups, DType::kBF16);
+    ASSERT_EQ(dw.shape(), (Shape{experts, n, k}));
+    for (int e = 0; e < experts; ++e) {
+      const int64_t r0 = groups.begin(e), r1 = groups.end(e);
+      const Tensor we = w.Slice(e, e + 1).Reshape({n, k});
+      const Tensor dwe = dw.Slice(e, e + 1).Reshape({n, k});
+      if (r0 == r1) {
+        for (int64_t i = 0; i < n * k; ++i) ASSERT_EQ(dwe.data<float>()[i], 0.0f);
+        continue;
+      }
+      EXPECT_TRUE(BytesEqual(y.Slice(r0, r1), HpGemm(x.Slice(r0, r1), Contract::kLast, we,
+                                                     Contract::kLast, DType::kBF16))) << e;
+      EXPECT_TRUE(BytesEqual(dx.Slice(r0, r1), HpGemm(dy.Slice(r0, r1), Contract::kLast, we,
+                                                      Contract::kFirst, DType::kBF16))) << e;
+      EXPECT_TRUE(BytesEqual(dwe, HpGemm(dy.Slice(r0, r1), Contract::kFirst, x.Slice(r0, r1),
+                                         Contract::kFirst, DType::kBF16))) << e;
+    }
+    Tensor acc = Tensor::Zeros(DType::kF32, {experts, n, k});
+    for (int64_t i = 0; i < acc.NumElements(); ++i) acc.data<float>()[i] = 2.0f;
+    GemmOptions oa;
+    oa.accumulate = &acc;
+    HpGroupedWgrad(dy, x, groups, DType::kBF16, oa);
+    for (int64_t i = 0; i < n * k; ++i) ASSERT_EQ(acc.data<float>()[n * k + i], 2.0f);  // empty
+    EXPECT_THROW(HpGroupedGemm(x, w, Contract::kLast,
+                               GroupList::Make(std::vector<int64_t>{m}, GroupListType::kCounts, m),
+                               DType::kBF16),
+                 Error);
+  }
+}
+
+TEST(Elementwise, CastsRoundAndShareWhenTheDtypeMatches) {
+  const std::vector<float> v = RandomValues(1000, 11, -130, 120);
+  const Tensor f = MakeF32({10, 100}, v);
+  const Tensor b = CastTo(f, DType::kBF16);
+  for (int i = 0; i < 1000; ++i) ASSERT_EQ(b.data<uint16_t>()[i], F32ToBf16(v[i])) << i;
+  const Tensor back = CastTo(b, DType::kF32);
+  for (int i = 0; i < 1000; ++i) ASSERT_EQ(back.data<float>()[i], Bf16ToF32(F32ToBf16(v[i])));
+  EXPECT_EQ(CastTo(f, DType::kF32).storage(), f.storage());
+  EXPECT_THROW(CastTo(f, DType::kU8), Error);
+}
+
+TEST(Elementwise, RowSumsInOrderAndGrouped) {
+  const int64_t m = 77, n = 300;
+  const std::vector<float> v = RandomValues(m * n, 12, -4, 4);
+  const Tensor x = MakeBf16({m, n}, v);
+  const GroupList groups = GroupList::Make(std::vector<int64_t>{20, 0, 57}, GroupListType::kCounts, m);
+  const Tensor s = SumRows(x, nullptr, 2);
+  const Tensor gs = SumRowsGrouped(x, groups, nullptr, 2);
+  for (int64_t j = 0; j < n; ++j) {
+    float want = 0;  // rows in order, in fp32: the same order the kernel promises
+    for (int64_t i = 0; i < m; ++i) want += Bf16ToF32(x.data<uint16_t>()[i * n + j]);
+    ASSERT_EQ(s.data<float>()[j], want) << j;
+    for (int g = 0; g < 3; ++g) {
+      float wg = 0;
+      for (int64_t i = groups.begin(g); i < groups.end(g); ++i) wg += Bf16ToF32(x.data<uint16_t>()[i * n + j]);
+      ASSERT_EQ(gs.data<float>()[g * n + j], wg) << g << "," << j;
+    }
+  }
+  Tensor acc = MakeF32({n}, std::vector<float>(n, 1.0f));
+  SumRows(x.Slice(0, 1), &acc);
+  for (int64_t j = 0; j < n; ++j) ASSERT_EQ(acc.data<float>()[j], 1.0f + Bf16ToF32(x.data<uint16_t>()[j]));
+  Tensor wrong = Tensor::Zeros(DType::kF32, {n + 1});
+  EXPECT_THROW(SumRows(x, &wrong), Error);
+  EXPECT_THROW(SumRows(x.Reshape({m * n}), nullptr), Error);
+}
+
+}  // namespace
+}  // namespace mxtrain
