@@ -11,6 +11,7 @@
 #include "mxtrain/bench.h"
 #include "mxtrain/error.h"
 #include "mxtrain/gemm.h"
+#include "mxtrain/ops_bench.h"
 #include "mxtrain/simd.h"
 
 namespace mxtrain::cli {
@@ -21,9 +22,12 @@ constexpr const char* kUsage =
     "usage: mxtrain bench quantize [--reps N] [--threads 1|2] [--dtype f32|bf16] "
     "[--case rowwise|colwise|dual|grouped] [--shape MxK] [--simd TARGET]\n"
     "       mxtrain bench gemm [--reps N] [--threads T] [--case NAME] [--path PATH]\n"
+    "       mxtrain bench ops [--reps N] [--threads T] [--case NAME] [--tokens T] [--hidden H]\n"
     "       mxtrain bench --list\n"
     "gemm --case NAME runs the case NAME, or every case whose name starts with NAME_ "
-    "(--case layer_fc1: its fprop, dgrad and wgrad); default --reps: 9 quantize, 3 gemm";
+    "(--case layer_fc1: its fprop, dgrad and wgrad); default --reps: 9 quantize, 3 gemm, "
+    "3 ops (optimizer steps per policy combination; --tokens and --hidden size the "
+    "transformer and moe cases, default 4096 and 1024)";
 
 void PrintList() {
   std::cout << "quantize cases:";
@@ -35,6 +39,10 @@ void PrintList() {
   for (const std::string& t : AvailableSimdTargets()) std::cout << " " << t;
   std::cout << "\ngemm cases:";
   for (const GemmBenchCase& c : StandardGemmBenchCases()) std::cout << " " << c.name;
+  std::cout << "\nops cases:";
+  for (const OpsBenchCase& c : StandardOpsBenchCases()) std::cout << " " << c.name;
+  std::cout << "\nops configs:";
+  for (const OpsBenchConfig& c : StandardOpsBenchConfigs()) std::cout << " '" << c.Name() << "'";
   std::cout << "\ngemm paths:";
   for (const std::string& p : AvailableGemmPaths()) std::cout << " " << p;
   std::cout << "\n";
@@ -104,12 +112,53 @@ int RunGemmBench(const ParsedArgs& args) {
   return 0;
 }
 
+int RunOpsBench(const ParsedArgs& args) {
+  for (const char* flag : {"dtype", "shape", "simd", "path"}) {
+    MXTRAIN_CHECK(!args.Has(flag), "--", flag, " is not a flag of mxtrain bench ops");
+  }
+  const int reps = static_cast<int>(ParseInt(args.Get("reps", "3"), "--reps", 1, 1000));
+  const int threads = args.Has("threads")
+                          ? static_cast<int>(ParseInt(args.Get("threads"), "--threads", 1, 1024))
+                          : 0;
+  const int64_t tokens = ParseInt(args.Get("tokens", "4096"), "--tokens", 8, int64_t{1} << 24);
+  const int64_t hidden = ParseInt(args.Get("hidden", "1024"), "--hidden", 16, int64_t{1} << 16);
+  std::vector<OpsBenchCase> cases;
+  for (OpsBenchCase& c : StandardOpsBenchCases(tokens, hidden)) {
+    // Without --case: the real shapes; the smoke cases only when asked for.
+    const bool smoke = c.name.rfind("smoke", 0) == 0;
+    if (args.Has("case") ? !CaseMatches(c.name, args.Get("case")) : smoke) continue;
+    c.threads = threads;
+    cases.push_back(std::move(c));
+  }
+  MXTRAIN_CHECK(!cases.empty(), "--case '", args.Get("case"),
+                "' names no ops case (mxtrain bench --list shows them)");
+  const std::vector<OpsBenchConfig> configs = StandardOpsBenchConfigs();
+  for (const OpsBenchCase& c : cases) {
+    const std::vector<OpsBenchResult> results = MeasureOpsBench(c, configs, reps);
+    const OpsBenchResult* bf16 = nullptr;
+    const OpsBenchResult* quantized[2] = {nullptr, nullptr};  // by reuse
+    for (const OpsBenchResult& r : results) {
+      if (r.config.precision == Precision::kBf16) bf16 = &r;
+      if (r.config.precision == Precision::kMxfp8 && r.config.input_policy == SavePolicy::kQuantized &&
+          r.config.weight_policy == SavePolicy::kQuantized) {
+        quantized[r.config.reuse] = &r;
+      }
+    }
+    for (const OpsBenchResult& r : results) {
+      const bool mx = r.config.precision == Precision::kMxfp8;
+      std::cout << ToJson(r, bf16, mx ? quantized[r.config.reuse] : nullptr) << std::endl;
+    }
+  }
+  return 0;
+}
+
 }  // namespace
 
 int RunBench(const std::vector<std::string>& argv) {
   const ParsedArgs args = ParsedArgs::Parse(
       argv, "mxtrain bench",
-      {{"reps"}, {"threads"}, {"dtype"}, {"case"}, {"shape"}, {"simd"}, {"path"}, {"list", false}});
+      {{"reps"}, {"threads"}, {"dtype"}, {"case"}, {"shape"}, {"simd"}, {"path"}, {"tokens"},
+       {"hidden"}, {"list", false}});
   if (args.help()) {
     std::cout << kUsage << "\n";
     return 0;
@@ -119,8 +168,14 @@ int RunBench(const std::vector<std::string>& argv) {
     return 0;
   }
   MXTRAIN_CHECK(args.positional().size() == 1 &&
-                    (args.positional()[0] == "quantize" || args.positional()[0] == "gemm"),
+                    (args.positional()[0] == "quantize" || args.positional()[0] == "gemm" ||
+                     args.positional()[0] == "ops"),
                 kUsage);
+  for (const char* flag : {"tokens", "hidden"}) {
+    MXTRAIN_CHECK(args.positional()[0] == "ops" || !args.Has(flag), "--", flag,
+                  " is a flag of mxtrain bench ops");
+  }
+  if (args.positional()[0] == "ops") return RunOpsBench(args);
   return args.positional()[0] == "gemm" ? RunGemmBench(args) : RunQuantizeBench(args);
 }
 

@@ -1,0 +1,126 @@
+// Linear: the MXFP8 training op Y = X . W^T + b with its backward (DESIGN.md "A training
+// step, as data"), and the types it shares with GroupedLinear (grouped_linear.h).
+//
+//   Linear fc(1024, 4096, /*bias=*/true, Recipe::Make({.input_policy = SavePolicy::kDeferred}));
+//   auto [y, ctx] = fc.Forward(x);            // x [..., 1024] f32/bf16 => y [..., 4096]
+//   Grads g = fc.Backward(dy, std::move(ctx)); // g.dx [..., 1024], g.dw [4096, 1024], g.db [4096]
+//
+// Forward quantizes X and W rowwise for fprop. What it keeps for the backward follows the
+// recipe's per-role policies (recipe.h): the columnwise copy (quantized) or a reference to
+// the high-precision tensor, quantized columnwise in the backward (deferred). Backward
+// quantizes dY (dual-axis when both gradients are wanted), runs dgrad dX = dY . W and
+// wgrad dW = dY^T . X, and db = column sums of dY. Every quantization starts from a
+// high-precision tensor, so outputs and gradients are bit-identical across policies and
+// with or without the weight cache.
+//
+// Only what a gradient needs is made or kept: X's columnwise copy only when W needs a
+// gradient (wgrad reads it), W's only when X does (dgrad), dY's layouts likewise, and
+// nothing at all when no gradient is wanted. With MXFP8 off the same op runs HpGemm
+// (hp_gemm.h) in bf16 or fp32 and saves the operands it rounded.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "mxtrain/group_list.h"
+#include "mxtrain/parameter.h"
+#include "mxtrain/recipe.h"
+#include "mxtrain/saved.h"
+#include "mxtrain/tensor.h"
+#include "mxtrain/weight_cache.h"
+
+namespace mxtrain {
+
+struct OpOptions {
+  // Accumulate dW and db into the parameters' fp32 main_grad (Megatron's gradient-
+  // accumulation fusion) instead of returning new tensors; Grads then holds main_grad.
+  bool accumulate_grad = false;
+  // The weight cache used when the recipe reuses quantized weights; nullptr means
+  // WeightQuantCache::Global().
+  WeightQuantCache* cache = nullptr;
+  int threads = 0;  // 0: all cores
+};
+
+struct Grads {
+  Tensor dx;  // in x's shape and dtype; undefined unless the input needed a gradient
+  Tensor dw;  // weight's shape: in its dtype, or its main_grad (f32) when accumulating
+  Tensor db;  // bias's shape, likewise; undefined without a bias that needs a gradient
+};
+
+namespace internal {
+struct OpState;
+struct OpAccess;
+}  // namespace internal
+
+// What a forward keeps for its backward. Move-only; Backward consumes it, and dropping it
+// without a backward releases what it held.
+class OpContext {
+ public:
+  OpContext();
+  ~OpContext();
+  OpContext(OpContext&&) noexcept;
+  OpContext& operator=(OpContext&&) noexcept;
+
+  // False when the forward saved nothing (no gradient was wanted) or Backward used it.
+  bool defined() const;
+  // The bytes this context holds for the backward (saved.h).
+  SavedMemory saved_memory() const;
+
+ private:
+  friend struct internal::OpAccess;
+  std::unique_ptr<internal::OpState> state_;
+};
+
+struct Forwarded {
+  Tensor y;
+  OpContext ctx;
+};
+
+// What Linear and GroupedLinear hold: their parameters and configuration.
+class LinearParams {
+ public:
+  Parameter& weight() const { return *weight_; }
+  Parameter* bias() const { return bias_.get(); }
+  const std::shared_ptr<Parameter>& weight_ptr() const { return weight_; }
+  const std::shared_ptr<Parameter>& bias_ptr() const { return bias_; }
+  const Recipe& recipe() const { return recipe_; }
+  const OpOptions& options() const { return options_; }
+
+ protected:
+  // Checks the weight's rank and that the bias (if any) has the weight's shape without its
+  // last dimension.
+  LinearParams(std::shared_ptr<Parameter> weight, std::shared_ptr<Parameter> bias, Recipe recipe,
+               OpOptions options, int weight_rank, const char* op);
+
+ private:
+  std::shared_ptr<Parameter> weight_;
+  std::shared_ptr<Parameter> bias_;
+  Recipe recipe_;
+  OpOptions options_;
+};
+
+class Linear : public LinearParams {
+ public:
+  // A layer with a new weight [out_features, in_features] (and bias [out_features]) of
+  // param_dtype (f32 or bf16), zero-filled: initialize value() in place, then MarkModified.
+  Linear(int64_t in_features, int64_t out_features, bool bias, Recipe recipe = {},
+         OpOptions options = {}, DType param_dtype = DType::kF32, std::string name = "linear");
+  // A layer over existing parameters: weight [N, K], bias [N] or nullptr.
+  Linear(std::shared_ptr<Parameter> weight, std::shared_ptr<Parameter> bias, Recipe recipe = {},
+         OpOptions options = {});
+
+  // y [..., N] = x [..., K] . W^T + b; x is f32 or bf16 of rank >= 2, y has its dtype.
+  // input_requires_grad: whether the backward must return dx.
+  Forwarded Forward(const Tensor& x, bool input_requires_grad = true) const;
+  // Gradients for dy [..., N] (x's leading shape, y's dtype). Throws Error if ctx is empty
+  // or used, dy's shape does not match, or the weight changed in place since a forward
+  // that deferred it (its quantization would no longer match the forward's).
+  Grads Backward(const Tensor& dy, OpContext ctx) const;
+
+  int64_t in_features() const { return weight().shape()[1]; }
+  int64_t out_features() const { return weight().shape()[0]; }
+};
+
+}  // namespace mxtrain

@@ -1,0 +1,88 @@
+// Linear and GroupedLinear: parameters and configuration around the shared body
+// (linear_core.cc); OpContext.
+#include "mxtrain/linear.h"
+
+#include "mxtrain/error.h"
+#include "mxtrain/grouped_linear.h"
+#include "ops/linear_core.h"
+
+namespace mxtrain {
+
+OpContext::OpContext() = default;
+OpContext::~OpContext() = default;
+OpContext::OpContext(OpContext&&) noexcept = default;
+OpContext& OpContext::operator=(OpContext&&) noexcept = default;
+
+bool OpContext::defined() const { return state_ != nullptr; }
+
+SavedMemory OpContext::saved_memory() const {
+  return state_ != nullptr ? state_->saved.memory() : SavedMemory{};
+}
+
+namespace {
+
+std::shared_ptr<Parameter> NewParameter(Shape shape, DType dtype, std::string name) {
+  MXTRAIN_CHECK(dtype == DType::kF32 || dtype == DType::kBF16,
+                "parameters must be f32 or bf16, got ", Name(dtype));
+  return std::make_shared<Parameter>(Tensor::Zeros(dtype, std::move(shape)), std::move(name));
+}
+
+internal::LayerView View(const LinearParams& p, const char* op) {
+  return internal::LayerView{&p.weight(), p.bias(), &p.recipe(), &p.options(), op};
+}
+
+}  // namespace
+
+LinearParams::LinearParams(std::shared_ptr<Parameter> weight, std::shared_ptr<Parameter> bias,
+                           Recipe recipe, OpOptions options, int weight_rank, const char* op)
+    : weight_(std::move(weight)), bias_(std::move(bias)), recipe_(recipe), options_(options) {
+  MXTRAIN_CHECK(weight_ != nullptr && weight_->shape().rank() == weight_rank, op,
+                ": weight must have rank ", weight_rank,
+                weight_ ? StrCat(", got ", weight_->shape().ToString()) : std::string(", got none"));
+  if (bias_ == nullptr) return;
+  const std::vector<int64_t>& dims = weight_->shape().dims();
+  const Shape want(std::vector<int64_t>(dims.begin(), dims.end() - 1));
+  MXTRAIN_CHECK(bias_->shape() == want, op, ": bias must have shape ", want.ToString(), ", got ",
+                bias_->shape().ToString());
+}
+
+Linear::Linear(int64_t in_features, int64_t out_features, bool bias, Recipe recipe,
+               OpOptions options, DType param_dtype, std::string name)
+    : Linear(NewParameter({out_features, in_features}, param_dtype, name + ".weight"),
+             bias ? NewParameter({out_features}, param_dtype, name + ".bias") : nullptr, recipe,
+             options) {}
+
+Linear::Linear(std::shared_ptr<Parameter> weight, std::shared_ptr<Parameter> bias, Recipe recipe,
+               OpOptions options)
+    : LinearParams(std::move(weight), std::move(bias), recipe, options, 2, "linear") {}
+
+Forwarded Linear::Forward(const Tensor& x, bool input_requires_grad) const {
+  return internal::LinearForward(View(*this, "linear"), x, nullptr, input_requires_grad);
+}
+
+Grads Linear::Backward(const Tensor& dy, OpContext ctx) const {
+  return internal::LinearBackward(View(*this, "linear"), dy, std::move(ctx));
+}
+
+GroupedLinear::GroupedLinear(int64_t num_experts, int64_t in_features, int64_t out_features,
+                             bool bias, Recipe recipe, OpOptions options, DType param_dtype,
+                             std::string name)
+    : GroupedLinear(
+          NewParameter({num_experts, out_features, in_features}, param_dtype, name + ".weight"),
+          bias ? NewParameter({num_experts, out_features}, param_dtype, name + ".bias") : nullptr,
+          recipe, options) {}
+
+GroupedLinear::GroupedLinear(std::shared_ptr<Parameter> weight, std::shared_ptr<Parameter> bias,
+                             Recipe recipe, OpOptions options)
+    : LinearParams(std::move(weight), std::move(bias), recipe, options, 3, "grouped linear") {}
+
+Forwarded GroupedLinear::Forward(const Tensor& x, const GroupList& groups,
+                                 bool input_requires_grad) const {
+  return internal::LinearForward(View(*this, "grouped linear"), x, &groups, input_requires_grad);
+}
+
+Grads GroupedLinear::Backward(const Tensor& dy, OpContext ctx) const {
+  return internal::LinearBackward(View(*this, "grouped linear"), dy, std::move(ctx));
+}
+
+}  // namespace mxtrain

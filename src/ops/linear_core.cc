@@ -1,0 +1,292 @@
+// The body of Linear and GroupedLinear (linear_core.h): what each policy quantizes and
+// keeps, and the three GEMMs. Numerics live in the kernels; this file only decides which
+// layouts exist when, so that every layout is quantized from a high-precision tensor.
+#include "ops/linear_core.h"
+
+#include "mxtrain/elementwise.h"
+#include "mxtrain/error.h"
+#include "mxtrain/gemm.h"
+#include "mxtrain/hp_gemm.h"
+#include "mxtrain/quantize.h"
+
+namespace mxtrain::internal {
+namespace {
+
+QuantizeOptions QuantOptions(ElementFormat format, const LayerView& l) {
+  QuantizeOptions q;
+  q.format = format;
+  q.rule = l.recipe->scale();
+  q.threads = l.options->threads;
+  q.category = MemoryCategory::kQuantized;
+  return q;
+}
+
+WeightQuantCache* CacheOf(const LayerView& l) {
+  if (!l.recipe->reuse_quantized_weights()) return nullptr;
+  return l.options->cache != nullptr ? l.options->cache : &WeightQuantCache::Global();
+}
+
+// A buffer made only to be kept for the backward is counted as saved from now on.
+void MarkSaved(const Tensor& t) {
+  if (t.defined()) t.storage()->Recategorize(MemoryCategory::kSavedForBackward);
+}
+void MarkSaved(const MxTensor& t) {
+  MarkSaved(t.data());
+  MarkSaved(t.scales());
+}
+
+// [prod(leading), last] view of a tensor of rank >= 2.
+Tensor Flatten(const Tensor& t) {
+  int64_t rows = 1;
+  for (int i = 0; i + 1 < t.rank(); ++i) rows *= t.shape()[i];
+  return t.Reshape({rows, t.shape()[-1]});
+}
+
+bool IsHighPrecision(const Tensor& t) {
+  return t.defined() && (t.dtype() == DType::kF32 || t.dtype() == DType::kBF16);
+}
+
+// The bias as the GEMMs take it (f32).
+Tensor Bias32(const LayerView& l) {
+  if (l.bias == nullptr) return Tensor();
+  return CastTo(l.bias->value(), DType::kF32, MemoryCategory::kWorkspace, l.options->threads);
+}
+
+void CheckForwardInput(const LayerView& l, const Tensor& x, const GroupList* groups) {
+  const Shape& w = l.weight->shape();
+  const int64_t k = w[-1];
+  MXTRAIN_CHECK(IsHighPrecision(x), l.op, ": input must be an f32 or bf16 tensor");
+  MXTRAIN_CHECK(x.rank() >= 2, l.op, ": input must have rank >= 2, got ", x.shape().ToString());
+  MXTRAIN_CHECK(x.shape()[-1] == k, l.op, ": input ", x.shape().ToString(), " has ",
+                x.shape()[-1], " features but weight '", l.weight->name(), "' ", w.ToString(),
+                " takes ", k);
+  if (groups != nullptr) {
+    MXTRAIN_CHECK(x.rank() == 2, l.op, ": input must be 2-D [tokens, features], got ",
+                  x.shape().ToString());
+    MXTRAIN_CHECK(groups->num_groups() == w[0], l.op, ": ", groups->num_groups(),
+                  " groups for ", w[0], " experts");
+    MXTRAIN_CHECK(groups->total_rows() == x.shape()[0], l.op, ": group list covers ",
+                  groups->total_rows(), " tokens but the input has ", x.shape()[0]);
+  }
+}
+
+// Forward with MXFP8: x2 [M, K] rowwise for fprop; columnwise layouts per policy.
+Tensor ForwardMx(const LayerView& l, const Tensor& x2, const GroupList* groups, OpState& st) {
+  const Recipe& r = *l.recipe;
+  Parameter& w = *l.weight;
+  const QuantizeOptions qx = QuantOptions(r.input_format(), l);
+  const QuantizeOptions qw = QuantOptions(r.weight_format(), l);
+  WeightQuantCache* cache = CacheOf(l);
+
+  MxTensor x_row;
+  if (st.need_dw && r.input_policy() == SavePolicy::kQuantized) {
+    DualMx d = groups ? QuantizeDualGrouped(x2, *groups, qx) : QuantizeDual(x2, qx);
+    x_row = std::move(d.rowwise);
+    st.x_col = std::move(d.columnwise);
+    MarkSaved(st.x_col);
+  } else {
+    x_row = QuantizeRowwise(x2, qx);
+    if (st.need_dw) st.x_hp = x2;  // deferred: a reference, no copy
+  }
+
+  MxTensor w_row;
+  if (st.need_dx && r.weight_policy() == SavePolicy::kQuantized) {
+    DualMx d = cache ? cache->GetDual(w, qw) : QuantizeDual(w.value(), qw);
+    w_row = std::move(d.rowwise);
+    st.w_col = std::move(d.columnwise);
+    if (cache == nullptr) MarkSaved(st.w_col);
+  } else {
+    w_row = cache ? cache->Get(w, BlockAxis::kRowwise, qw) : QuantizeRowwise(w.value(), qw);
+    if (st.need_dx) {
+      st.w_hp = w.value();
+      st.w_version = w.version();
+    }
+  }
+
+  const Tensor bias = Bias32(l);
+  GemmOptions o;
+  o.out_dtype = x2.dtype();
+  o.bias = bias.defined() ? &bias : nullptr;
+  o.threads = l.options->threads;
+  return groups ? MxGroupedGemm(x_row, w_row, *groups, o) : MxGemm(x_row, w_row, o);
+}
+
+// Forward with MXFP8 off: the operands rounded to the compute type, kept if needed.
+Tensor ForwardHp(const LayerView& l, const Tensor& x2, const GroupList* groups, OpState& st) {
+  const DType c = l.recipe->compute_dtype();
+  const int threads = l.options->threads;
+  Parameter& w = *l.weight;
+  const Tensor xc = CastTo(x2, c, MemoryCategory::kWorkspace, threads);
+  const Tensor wc = CastTo(w.value(), c, MemoryCategory::kWorkspace, threads);
+  if (st.need_dw) {
+    st.x_hp = xc;
+    if (xc.storage() != x2.storage()) MarkSaved(xc);
+  }
+  if (st.need_dx) {
+    st.w_hp = wc;
+    if (wc.storage() != w.value().storage()) {
+      MarkSaved(wc);
+    } else {
+      st.w_version = w.version();
+    }
+  }
+  const Tensor bias = Bias32(l);
+  GemmOptions o;
+  o.out_dtype = x2.dtype();
+  o.bias = bias.defined() ? &bias : nullptr;
+  o.threads = threads;
+  return groups ? HpGroupedGemm(xc, wc, Contract::kLast, *groups, c, o)
+                : HpGemm(xc, Contract::kLast, wc, Contract::kLast, c, o);
+}
+
+// Where dW / db go: into main_grad, or a new f32 tensor of the parameter's shape.
+GemmOptions GradOptions(const LayerView& l, Parameter& p) {
+  GemmOptions o;
+  o.threads = l.options->threads;
+  o.category = MemoryCategory::kGradient;
+  if (l.options->accumulate_grad) o.accumulate = &p.main_grad();
+  return o;
+}
+
+// A new f32 gradient in the parameter's dtype (accumulated ones stay f32 main_grad).
+Tensor InParamDtype(const LayerView& l, const Parameter& p, Tensor g32) {
+  if (l.options->accumulate_grad) return g32;
+  return CastTo(g32, p.value().dtype(), MemoryCategory::kGradient, l.options->threads);
+}
+
+void CheckWeightUnchanged(const LayerView& l, const OpState& st) {
+  if (!st.w_version.has_value()) return;
+  MXTRAIN_CHECK(l.weight->version() == *st.w_version, l.op, ": weight '", l.weight->name(),
+                "' was modified in place between forward and backward (version ", *st.w_version,
+                " -> ", l.weight->version(),
+                "); the backward would not use the weights the forward used");
+}
+
+void BackwardMx(const LayerView& l, const Tensor& dy2, const GroupList* groups, OpState& st,
+                Grads& g) {
+  const Recipe& r = *l.recipe;
+  Parameter& w = *l.weight;
+  const QuantizeOptions qg = QuantOptions(r.grad_format(), l);
+  MxTensor dy_row, dy_col;
+  if (st.need_dx && st.need_dw) {
+    DualMx d = groups ? QuantizeDualGrouped(dy2, *groups, qg) : QuantizeDual(dy2, qg);
+    dy_row = std::move(d.rowwise);
+    dy_col = std::move(d.columnwise);
+  } else if (st.need_dx) {
+    dy_row = QuantizeRowwise(dy2, qg);
+  } else if (st.need_dw) {
+    dy_col = groups ? QuantizeGrouped(dy2, *groups, qg) : QuantizeColumnwise(dy2, qg);
+  }
+
+  if (st.need_dx) {
+    MxTensor w_col = std::move(st.w_col);
+    if (!w_col.defined()) {  // deferred weight
+      CheckWeightUnchanged(l, st);
+      const QuantizeOptions qw = QuantOptions(r.weight_format(), l);
+      WeightQuantCache* cache = CacheOf(l);
+      w_col = cache ? cache->Get(w, BlockAxis::kColumnwise, qw) : QuantizeColumnwise(w.value(), qw);
+    }
+    GemmOptions o;
+    o.out_dtype = st.x_dtype;
+    o.threads = l.options->threads;
+    o.category = MemoryCategory::kGradient;
+    g.dx = groups ? MxGroupedGemm(dy_row, w_col, *groups, o) : MxGemm(dy_row, w_col, o);
+    st.saved.Drop(w_col);  // dgrad was their only reader
+    st.saved.Drop(st.w_hp);
+  }
+  if (st.need_dw) {
+    MxTensor x_col = std::move(st.x_col);
+    if (!x_col.defined()) {  // deferred input
+      const QuantizeOptions qx = QuantOptions(r.input_format(), l);
+      x_col = groups ? QuantizeGrouped(st.x_hp, *groups, qx) : QuantizeColumnwise(st.x_hp, qx);
+    }
+    const GemmOptions o = GradOptions(l, w);
+    g.dw = InParamDtype(l, w, groups ? MxGroupedWgrad(dy_col, x_col, o) : MxGemm(dy_col, x_col, o));
+    st.saved.Drop(x_col);
+    st.saved.Drop(st.x_hp);
+  }
+}
+
+void BackwardHp(const LayerView& l, const Tensor& dy2, const GroupList* groups, OpState& st,
+                Grads& g) {
+  const DType c = l.recipe->compute_dtype();
+  const Tensor dyc = CastTo(dy2, c, MemoryCategory::kWorkspace, l.options->threads);
+  if (st.need_dx) {
+    CheckWeightUnchanged(l, st);
+    GemmOptions o;
+    o.out_dtype = st.x_dtype;
+    o.threads = l.options->threads;
+    o.category = MemoryCategory::kGradient;
+    g.dx = groups ? HpGroupedGemm(dyc, st.w_hp, Contract::kFirst, *groups, c, o)
+                  : HpGemm(dyc, Contract::kLast, st.w_hp, Contract::kFirst, c, o);
+    st.saved.Drop(st.w_hp);
+  }
+  if (st.need_dw) {
+    const GemmOptions o = GradOptions(l, *l.weight);
+    g.dw = InParamDtype(l, *l.weight,
+                        groups ? HpGroupedWgrad(dyc, st.x_hp, *groups, c, o)
+                               : HpGemm(dyc, Contract::kFirst, st.x_hp, Contract::kFirst, c, o));
+    st.saved.Drop(st.x_hp);
+  }
+}
+
+}  // namespace
+
+Forwarded LinearForward(const LayerView& l, const Tensor& x, const GroupList* groups,
+                        bool input_requires_grad) {
+  CheckForwardInput(l, x, groups);
+  const Tensor x2 = Flatten(x);
+  auto st = std::make_unique<OpState>();
+  st->need_dx = input_requires_grad;
+  st->need_dw = l.weight->requires_grad();
+  st->need_db = l.bias != nullptr && l.bias->requires_grad();
+  st->x_shape = x.shape();
+  st->x_dtype = x.dtype();
+  if (groups != nullptr) st->groups = *groups;
+
+  Tensor y2 = l.recipe->mxfp8() ? ForwardMx(l, x2, groups, *st) : ForwardHp(l, x2, groups, *st);
+  Shape y_shape = x.shape();
+  y_shape[-1] = y2.shape()[1];
+
+  Forwarded out{y2.Reshape(y_shape), OpContext()};
+  if (st->need_dx || st->need_dw || st->need_db) {
+    for (const MxTensor* t : {&st->x_col, &st->w_col}) {
+      if (t->defined()) st->saved.Hold(*t);
+    }
+    st->saved.Hold(st->x_hp);
+    st->saved.Hold(st->w_hp);
+    OpAccess::Set(out.ctx, std::move(st));
+  }
+  return out;
+}
+
+Grads LinearBackward(const LayerView& l, const Tensor& dy, OpContext ctx) {
+  std::unique_ptr<OpState> st = OpAccess::Take(ctx);
+  MXTRAIN_CHECK(st != nullptr, l.op,
+                ": backward needs the context of a forward that saved for it (none given, "
+                "already used, or no gradient was wanted)");
+  Shape want = st->x_shape;
+  want[-1] = l.weight->shape()[-2];
+  MXTRAIN_CHECK(IsHighPrecision(dy) && dy.shape() == want, l.op, ": output gradient must be f32 "
+                "or bf16 of shape ", want.ToString(), ", got ",
+                dy.defined() ? dy.shape().ToString() : std::string("nothing"));
+  const Tensor dy2 = Flatten(dy);
+  const GroupList* groups = st->groups ? &*st->groups : nullptr;
+
+  Grads g;
+  if (l.recipe->mxfp8()) {
+    BackwardMx(l, dy2, groups, *st, g);
+  } else {
+    BackwardHp(l, dy2, groups, *st, g);
+  }
+  if (g.dx.defined()) g.dx = g.dx.Reshape(st->x_shape);
+  if (st->need_db) {
+    Tensor* acc = l.options->accumulate_grad ? &l.bias->main_grad() : nullptr;
+    Tensor db = groups ? SumRowsGrouped(dy2, *groups, acc, l.options->threads)
+                       : SumRows(dy2, acc, l.options->threads);
+    g.db = InParamDtype(l, *l.bias, std::move(db));
+  }
+  return g;  // st's holds end here
+}
+
+}  // namespace mxtrain::internal

@@ -1,0 +1,52 @@
+// Internal: the forward and backward that Linear and GroupedLinear share. The two differ
+// only in which quantizer and GEMM they call (dense, or per token group), so one body
+// serves both, with `groups` null for the dense op.
+#pragma once
+
+#include <optional>
+
+#include "mxtrain/group_list.h"
+#include "mxtrain/linear.h"
+
+namespace mxtrain::internal {
+
+struct OpState {
+  bool need_dx = false;
+  bool need_dw = false;
+  bool need_db = false;
+  Shape x_shape;
+  DType x_dtype = DType::kF32;
+  std::optional<GroupList> groups;
+  // MXFP8, "quantized" policies: the columnwise copies (or cached weight) for the backward.
+  MxTensor x_col;
+  MxTensor w_col;
+  // MXFP8 "deferred" policies: the high-precision tensors, quantized in the backward.
+  // MXFP8 off: the operands as rounded for the forward's GEMM.
+  Tensor x_hp;
+  Tensor w_hp;
+  // The weight's version at the forward, when w_hp is the parameter's own buffer.
+  std::optional<uint64_t> w_version;
+  SavedTensors saved;
+};
+
+struct OpAccess {
+  static OpState* State(OpContext& c) { return c.state_.get(); }
+  static const OpState* State(const OpContext& c) { return c.state_.get(); }
+  static void Set(OpContext& c, std::unique_ptr<OpState> s) { c.state_ = std::move(s); }
+  static std::unique_ptr<OpState> Take(OpContext& c) { return std::move(c.state_); }
+};
+
+// The layer a call runs: its parameters and configuration.
+struct LayerView {
+  Parameter* weight;  // [N, K], or [E, N, K] when grouped
+  Parameter* bias;    // [N] or [E, N]; may be null
+  const Recipe* recipe;
+  const OpOptions* options;
+  const char* op;  // "linear" | "grouped linear", for messages
+};
+
+Forwarded LinearForward(const LayerView& layer, const Tensor& x, const GroupList* groups,
+                        bool input_requires_grad);
+Grads LinearBackward(const LayerView& layer, const Tensor& dy, OpContext ctx);
+
+}  // namespace mxtrain::internal
