@@ -1,5 +1,6 @@
 // Linear and GroupedLinear: every combination of op x input policy x weight policy x
-// weight cache x input-needs-grad x recipe x input dtype runs forward and backward, and
+// weight cache x input-needs-grad x recipe x input and parameter dtype runs forward and
+// backward, and
 //  - its outputs and gradients are bit-identical to the (quantized, quantized, no cache)
 //    run of the same op, recipe and flags;
 //  - that run is within NUMERICS.md §7's bound of a double-precision chain rule on the
@@ -91,9 +92,9 @@ struct Layer {
   std::unique_ptr<GroupedLinear> grouped;
   const GroupList* groups = nullptr;
 
-  Layer(const Problem& p, const Recipe& r, const OpOptions& o) {
-    auto w = std::make_shared<Parameter>(MakeF32(WeightShape(p), p.w), "w");
-    auto b = std::make_shared<Parameter>(MakeF32(BiasShape(p), p.b), "b");
+  Layer(const Problem& p, const Recipe& r, const OpOptions& o, DType param_dtype = DType::kF32) {
+    auto w = std::make_shared<Parameter>(MakeHp(param_dtype, WeightShape(p), p.w), "w");
+    auto b = std::make_shared<Parameter>(MakeHp(param_dtype, BiasShape(p), p.b), "b");
     if (p.grouped) {
       grouped = std::make_unique<GroupedLinear>(w, b, r, o);
       groups = &p.groups;
@@ -121,12 +122,13 @@ struct Combo {
   bool input_grad;
   RecipeFormats formats;
   DType x_dtype;
+  DType param_dtype;
 
   std::string Name() const {
     return StrCat(grouped ? "grouped" : "dense", " input=", mxtrain::Name(input_policy),
                   " weight=", mxtrain::Name(weight_policy), cache ? " cache" : " no-cache",
                   input_grad ? " dx" : " no-dx", " ", mxtrain::Name(formats), " x=",
-                  mxtrain::Name(x_dtype));
+                  mxtrain::Name(x_dtype), " params=", mxtrain::Name(param_dtype));
   }
   Recipe MakeRecipe() const {
     RecipeOptions o;
@@ -148,7 +150,7 @@ RunResult RunCombo(const Problem& p, const Combo& c) {
   WeightQuantCache cache;
   OpOptions o;
   o.cache = &cache;
-  const Layer layer(p, c.MakeRecipe(), o);
+  const Layer layer(p, c.MakeRecipe(), o, c.param_dtype);
   const Tensor x = MakeHp(c.x_dtype, p.x_shape, p.x);
   const Tensor dy = MakeHp(c.x_dtype, YShape(p), p.dy);
   RunResult r;
@@ -173,7 +175,7 @@ SavedMemory ExpectedSaved(const Problem& p, const Combo& c) {
   const int64_t x_col = p.m * p.k + x_scale_rows * p.k;
   const int64_t w_col = p.experts * (p.n * p.k + CeilDiv(p.n, 32) * p.k);
   const int64_t x_hp = p.m * p.k * static_cast<int64_t>(DTypeSize(c.x_dtype));
-  const int64_t w_hp = p.experts * p.n * p.k * 4;
+  const int64_t w_hp = p.experts * p.n * p.k * static_cast<int64_t>(DTypeSize(c.param_dtype));
   // wgrad always runs (the weight needs a gradient), so X is kept one way or the other.
   if (c.input_policy == SavePolicy::kQuantized) {
     m.allocated_bytes += x_col;
@@ -258,7 +260,7 @@ void CheckAgainstOracle(const Problem& p, const Combo& c, const RunResult& r) {
     const int64_t r0 = p.groups.begin(e), r1 = p.groups.end(e);
     const Tensor dw_e = r.dw.Slice(e, e + 1).Reshape({p.n, p.k});
     if (r0 == r1) {  // no tokens: no rows, zero weight gradient
-      for (int64_t i = 0; i < p.n * p.k; ++i) ASSERT_EQ(dw_e.data<float>()[i], 0.0f) << what;
+      for (double v : AsDoubles(dw_e)) ASSERT_EQ(v, 0.0) << what;
       continue;
     }
     const Tensor b_e = b.Slice(e, e + 1).Reshape({p.n});
@@ -304,34 +306,53 @@ void CheckSqnrAndBias(const Problem& p, const Combo& c, const RunResult& r) {
     EXPECT_GE(Sqnr(r.dx, e.dx), dx_floor) << c.Name() << " dX";
   }
   EXPECT_GE(Sqnr(r.dw, e.dw), dw_floor) << c.Name() << " dW";
-  // db: fp32 sums of the high-precision dY over each expert's rows.
+  // db: fp32 sums of the high-precision dY over each expert's rows (then rounded once to
+  // a bf16 bias's dtype).
+  const std::vector<double> db = AsDoubles(r.db);
+  const double round = c.param_dtype == DType::kBF16 ? 0x1p-8 : 0.0;
   for (int g = 0; g < p.experts; ++g) {
     for (int64_t j = 0; j < p.n; ++j) {
       double s = 0, abs = 0;
       const int64_t r0 = p.grouped ? p.groups.begin(g) : 0, r1 = p.grouped ? p.groups.end(g) : p.m;
       for (int64_t i = r0; i < r1; ++i) s += dyd[i * p.n + j], abs += std::fabs(dyd[i * p.n + j]);
-      EXPECT_NEAR(r.db.data<float>()[g * p.n + j], s, (r1 - r0 + 1) * 0x1p-24 * abs) << c.Name();
+      EXPECT_NEAR(db[g * p.n + j], s, (r1 - r0 + 1) * 0x1p-24 * abs + round * std::fabs(s))
+          << c.Name();
     }
   }
+}
+
+// The problem with weights and biases rounded to bf16, so that bf16 parameters hold
+// exactly the values the fp32 oracle uses.
+Problem WithBf16Params(Problem p) {
+  for (float& v : p.w) v = Bf16ToF32(F32ToBf16(v));
+  for (float& v : p.b) v = Bf16ToF32(F32ToBf16(v));
+  return p;
 }
 
 TEST(Ops, EveryCombinationMatchesTheReferenceRunAndTheOracle) {
   int runs = 0;
   for (bool grouped : {false, true}) {
-    const Problem p = MakeProblem(grouped, grouped ? 700 : 500);
+    const Problem f32_params = MakeProblem(grouped, grouped ? 700 : 500);
+    const Problem bf16_params = WithBf16Params(f32_params);
     for (RecipeFormats formats : {RecipeFormats::kE4M3, RecipeFormats::kHybrid}) {
-      for (DType x_dtype : {DType::kF32, DType::kBF16}) {
+      // bf16 parameters with bf16 inputs only: the parameter dtype is independent of the
+      // input's, and the combinations stay affordable under sanitizers.
+      for (const auto& [x_dtype, param_dtype] : std::vector<std::pair<DType, DType>>{
+               {DType::kF32, DType::kF32}, {DType::kBF16, DType::kF32}, {DType::kBF16, DType::kBF16}}) {
+        const Problem& p = param_dtype == DType::kF32 ? f32_params : bf16_params;
         for (bool input_grad : {true, false}) {
           const Combo base{grouped, SavePolicy::kQuantized, SavePolicy::kQuantized, false,
-                           input_grad, formats, x_dtype};
+                           input_grad, formats, x_dtype, param_dtype};
           const RunResult want = RunCombo(p, base);
           CheckAgainstOracle(p, base, want);
           CheckSqnrAndBias(p, base, want);
           EXPECT_EQ(want.dx.defined(), input_grad) << base.Name();
+          EXPECT_EQ(want.dw.dtype(), param_dtype) << base.Name();
+          EXPECT_EQ(want.db.dtype(), param_dtype) << base.Name();
           for (SavePolicy ip : {SavePolicy::kQuantized, SavePolicy::kDeferred}) {
             for (SavePolicy wp : {SavePolicy::kQuantized, SavePolicy::kDeferred}) {
               for (bool cache : {false, true}) {
-                const Combo c{grouped, ip, wp, cache, input_grad, formats, x_dtype};
+                const Combo c{grouped, ip, wp, cache, input_grad, formats, x_dtype, param_dtype};
                 const RunResult got = RunCombo(p, c);
                 ++runs;
                 ASSERT_EQ(got.y.shape(), YShape(p)) << c.Name();
@@ -355,7 +376,7 @@ TEST(Ops, EveryCombinationMatchesTheReferenceRunAndTheOracle) {
       }
     }
   }
-  EXPECT_EQ(runs, 2 * 2 * 2 * 2 * 8);
+  EXPECT_EQ(runs, 2 * 2 * 3 * 2 * 8);
 }
 
 // ---- memory: what a policy costs on top of the tensors a model holds anyway -------------

@@ -18,6 +18,7 @@
 
 #include "mxtrain/memory.h"
 #include "mxtrain/recipe.h"
+#include "mxtrain/saved.h"
 
 namespace mxtrain {
 
@@ -63,6 +64,13 @@ struct OpsBenchResult {
   // R*C + ceil(R/32)*C bytes (token-grouped: sum_g ceil(r_g/32)*C scale bytes); the bf16
   // baseline keeps a bf16 copy of each fp32 weight.
   int64_t closed_form_saved_bytes = 0;
+  // Per layer, what its context keeps for the backward (OpContext::saved_memory): the
+  // per-layer report of what each policy saves.
+  struct Layer {
+    std::string name;  // "qkv", "proj", "fc1", "fc2" | "expert_fc1", "expert_fc2"
+    SavedMemory saved;
+  };
+  std::vector<Layer> layers;
 };
 
 // One result per config, in order. The configs share the case's weights, inputs and
@@ -75,7 +83,8 @@ std::vector<OpsBenchResult> MeasureOpsBench(const OpsBenchCase& c,
 // One JSON line: {"case", "precision", "input_policy", "weight_policy", "reuse", "tokens",
 // "hidden", "ffn", "experts", "micro_batches", "threads", "step_ms", "peak_bytes",
 // "saved_bytes" (peak held for backward), "saved_allocated_bytes" (peak of category
-// saved_for_backward), "closed_form_saved_bytes", "peak_by_category": {...},
+// saved_for_backward), "closed_form_saved_bytes", "peak_by_category": {...}, "layers":
+// [{"name", "allocated_bytes", "referenced_bytes"}, ...],
 // "bf16_step_ms", "ratio_to_bf16" (step_ms / bf16's), "time_vs_quantized" (step_ms over
 // the run with both policies quantized and the same reuse), "saved_vs_quantized_bytes"
 // (that run's saved_allocated_bytes minus this one's)}. bf16 and quantized may be null.

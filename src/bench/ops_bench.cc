@@ -77,12 +77,16 @@ namespace {
 
 // One layer's shape in the stack: y [tokens, out] = x [tokens, in] . W^T.
 struct LayerShape {
+  const char* name;
   int64_t in, out;
 };
 
 std::vector<LayerShape> Shapes(const OpsBenchCase& c) {
-  if (c.moe) return {{c.hidden, c.ffn}, {c.ffn, c.hidden}};
-  return {{c.hidden, 3 * c.hidden}, {c.hidden, c.hidden}, {c.hidden, c.ffn}, {c.ffn, c.hidden}};
+  if (c.moe) return {{"expert_fc1", c.hidden, c.ffn}, {"expert_fc2", c.ffn, c.hidden}};
+  return {{"qkv", c.hidden, 3 * c.hidden},
+          {"proj", c.hidden, c.hidden},
+          {"fc1", c.hidden, c.ffn},
+          {"fc2", c.ffn, c.hidden}};
 }
 
 Tensor Bf16Random(Shape shape, uint64_t seed, float scale, int threads) {
@@ -136,15 +140,18 @@ class Stack {
     }
   }
 
-  // Forward and backward of every micro-batch, then the optimizer step.
-  void Step(int micro_batches) {
+  // Forward and backward of every micro-batch, then the optimizer step. Fills `saved`
+  // with what each layer's context keeps in the first micro-batch.
+  void Step(int micro_batches, std::vector<SavedMemory>& saved) {
     const size_t n = shared_.weights.size();
+    saved.assign(n, SavedMemory{});
     for (int mb = 0; mb < micro_batches; ++mb) {
       std::vector<OpContext> ctx(n);
       for (size_t l = 0; l < n; ++l) {
         Forwarded f = dense_.empty() ? grouped_[l]->Forward(shared_.inputs[l], shared_.groups)
                                      : dense_[l]->Forward(shared_.inputs[l]);
         ctx[l] = std::move(f.ctx);
+        if (mb == 0) saved[l] = ctx[l].saved_memory();
       }
       for (size_t l = n; l-- > 0;) {
         if (dense_.empty()) {
@@ -215,17 +222,21 @@ std::vector<OpsBenchResult> MeasureOpsBench(const OpsBenchCase& c,
     results[i].config = configs[i];
     results[i].threads = threads;
     results[i].closed_form_saved_bytes = ClosedFormSaved(c, configs[i]);
-    stacks[i]->Step(c.micro_batches);  // warm-up: page in buffers, create primitives
+    for (const LayerShape& l : Shapes(c)) results[i].layers.push_back({l.name, {}});
+    std::vector<SavedMemory> ignored;
+    stacks[i]->Step(c.micro_batches, ignored);  // warm-up: page in buffers, create primitives
   }
   for (int round = 0; round < steps; ++round) {
     for (size_t i = 0; i < configs.size(); ++i) {
       ResetMemoryPeaks();
+      std::vector<SavedMemory> saved;
       const auto t0 = std::chrono::steady_clock::now();
-      stacks[i]->Step(c.micro_batches);
+      stacks[i]->Step(c.micro_batches, saved);
       const auto t1 = std::chrono::steady_clock::now();
       ms[i].push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
       const MemoryReport m = ReadMemory();
       OpsBenchResult& r = results[i];
+      for (size_t l = 0; l < saved.size(); ++l) r.layers[l].saved = saved[l];
       r.peak_bytes = std::max(r.peak_bytes, m.total.peak_bytes);
       r.peak_held_for_backward = std::max(r.peak_held_for_backward, m.held_for_backward.peak_bytes);
       for (int k = 0; k < kNumMemoryCategories; ++k) {
@@ -258,7 +269,13 @@ std::string ToJson(const OpsBenchResult& r, const OpsBenchResult* bf16,
   for (int k = 0; k < kNumMemoryCategories; ++k) {
     os << (k ? ", " : "") << "\"" << Name(static_cast<MemoryCategory>(k)) << "\": " << r.peak_by_category[k];
   }
-  os << "}, \"bf16_step_ms\": " << (bf16 ? JsonNumber(bf16->step_ms) : "null")
+  os << "}, \"layers\": [";
+  for (size_t l = 0; l < r.layers.size(); ++l) {
+    os << (l ? ", " : "") << "{\"name\": \"" << r.layers[l].name
+       << "\", \"allocated_bytes\": " << r.layers[l].saved.allocated_bytes
+       << ", \"referenced_bytes\": " << r.layers[l].saved.referenced_bytes << "}";
+  }
+  os << "], \"bf16_step_ms\": " << (bf16 ? JsonNumber(bf16->step_ms) : "null")
      << ", \"ratio_to_bf16\": " << (bf16 ? JsonNumber(r.step_ms / bf16->step_ms) : "null")
      << ", \"time_vs_quantized\": "
      << (quantized ? JsonNumber(r.step_ms / quantized->step_ms) : "null")
