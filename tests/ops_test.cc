@@ -13,6 +13,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <tuple>
 #include <string>
 #include <vector>
 
@@ -553,6 +554,46 @@ TEST(Ops, BaselinesAgainstTheExactLayer) {
       EXPECT_GE(Sqnr(f.y, e.y), floor_db) << Name(prec);
       EXPECT_GE(Sqnr(g.dx, e.dx), floor_db) << Name(prec);
       EXPECT_GE(Sqnr(g.dw, e.dw), floor_db) << Name(prec);
+    }
+  }
+}
+
+// ---- odd shapes: no tokens, one token, contractions that are not multiples of 32 -------
+
+TEST(Ops, OddShapesAgreeAcrossPolicies) {
+  for (const auto& [m, k, n] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{
+           {0, 50, 33}, {1, 50, 33}, {33, 1, 7}, {65, 31, 1}}) {
+    const std::vector<float> wv = RandomValues(n * k, 81, -2, -1);
+    const std::vector<float> xv = RandomValues(m * k, 82, -1, 1);
+    const std::vector<float> dyv = RandomValues(m * n, 83, -6, -5);
+    Grads want;
+    Tensor want_y;
+    for (SavePolicy policy : {SavePolicy::kQuantized, SavePolicy::kDeferred}) {
+      RecipeOptions ro;
+      ro.input_policy = policy;
+      ro.weight_policy = policy;
+      Linear fc(std::make_shared<Parameter>(MakeF32({n, k}, wv)),
+                std::make_shared<Parameter>(Tensor::Zeros(DType::kF32, {n})), Recipe::Make(ro));
+      Forwarded f = fc.Forward(MakeF32({m, k}, xv));
+      ASSERT_EQ(f.y.shape(), (Shape{m, n}));
+      Grads g = fc.Backward(MakeF32({m, n}, dyv), std::move(f.ctx));
+      ASSERT_EQ(g.dx.shape(), (Shape{m, k}));
+      ASSERT_EQ(g.dw.shape(), (Shape{n, k}));
+      if (m == 0) {  // no tokens: zero weight and bias gradients
+        for (double v : AsDoubles(g.dw)) ASSERT_EQ(v, 0.0);
+        for (double v : AsDoubles(g.db)) ASSERT_EQ(v, 0.0);
+      }
+      if (policy == SavePolicy::kQuantized) {
+        want = g;
+        want_y = f.y;
+        const MxTensor dy_c = ref::QuantizeColumnwise(MakeF32({m, n}, dyv), {});
+        const MxTensor x_c = ref::QuantizeColumnwise(MakeF32({m, k}, xv), {});
+        ExpectWithinBound(g.dw, dy_c, x_c, StrCat("wgrad ", m, "x", k, "x", n));
+      } else {
+        EXPECT_TRUE(BytesEqual(f.y, want_y)) << m << "x" << k << "x" << n;
+        EXPECT_TRUE(BytesEqual(g.dx, want.dx)) << m << "x" << k << "x" << n;
+        EXPECT_TRUE(BytesEqual(g.dw, want.dw)) << m << "x" << k << "x" << n;
+      }
     }
   }
 }
