@@ -79,6 +79,25 @@ int CreateTemporary(const std::string& path, std::string* tmp) {
   return -1;
 }
 
+void SyncAndClose(Fd& fd, const std::string& path) {
+  int rc;
+  do {
+    rc = ::fsync(fd.get());
+  } while (rc != 0 && errno == EINTR);
+  // EINVAL: a special file that cannot be synced; its data went wherever it goes.
+  if (rc != 0 && errno != EINVAL) {
+    Fail("cannot write '", Printable(path), "': ", std::strerror(errno));
+  }
+  if (fd.Close() != 0) Fail("cannot write '", Printable(path), "': ", std::strerror(errno));
+}
+
+void SyncDirectoryOf(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  Fd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (fd.get() >= 0) ::fsync(fd.get());
+}
+
 Temporaries::~Temporaries() {
   for (const std::string& tmp : paths_) ::unlink(tmp.c_str());
 }

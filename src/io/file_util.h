@@ -44,6 +44,14 @@ void CheckNotDirectory(const std::string& path);
 // output the permissions any new file would get.
 int CreateTemporary(const std::string& path, std::string* tmp);
 
+// fsync()s and closes a finished temporary, so that the rename that follows cannot publish a
+// file whose data is still only in the page cache. Throws Error "cannot write '<path>': ...".
+void SyncAndClose(Fd& fd, const std::string& path);
+
+// Best effort fsync() of the directory holding path, making a rename into it durable.
+// Errors are ignored: the file itself is complete, and some filesystems refuse the call.
+void SyncDirectoryOf(const std::string& path);
+
 // Temporary files not yet renamed into place; the destructor removes them, so an exception
 // anywhere in a writer leaves no temporary behind.
 class Temporaries {

@@ -411,6 +411,19 @@ void DumpValue(const Json& v, int indent, int depth, std::string* out) {
   }
 }
 
+// "an array", "a string", ... for messages.
+std::string_view WithArticle(Json::Type type) {
+  switch (type) {
+    case Json::Type::kNull: return "null";
+    case Json::Type::kBool: return "a bool";
+    case Json::Type::kNumber: return "a number";
+    case Json::Type::kString: return "a string";
+    case Json::Type::kArray: return "an array";
+    case Json::Type::kObject: return "an object";
+  }
+  return "?";
+}
+
 }  // namespace
 
 std::string_view Name(Json::Type type) {
@@ -433,9 +446,9 @@ std::string Json::Dump(int indent) const {
   return out;
 }
 
-#define MXTRAIN_JSON_EXPECT(want)                                                   \
-  MXTRAIN_CHECK(type_ == Type::want, "JSON value is a ", Name(type_), ", not a ", \
-                Name(Type::want))
+#define MXTRAIN_JSON_EXPECT(want)                                                \
+  MXTRAIN_CHECK(type_ == Type::want, "JSON value is ", WithArticle(type_), ", not ", \
+                WithArticle(Type::want))
 
 bool Json::AsBool() const {
   MXTRAIN_JSON_EXPECT(kBool);
@@ -515,7 +528,7 @@ Json& Json::Push(Json value) {
 size_t Json::size() const {
   if (type_ == Type::kArray) return array_.size();
   if (type_ == Type::kObject) return object_.size();
-  Fail("JSON value is a ", Name(type_), ", which has no size");
+  Fail("JSON value is ", WithArticle(type_), ", which has no size");
 }
 
 bool Json::operator==(const Json& other) const {
