@@ -194,16 +194,21 @@ TEST_F(SafetensorsTest, HeaderIsPaddedJsonDescribingTheData) {
   }
 }
 
-// The example of the reference implementation's tests (safetensors/src/tensor.rs): a 2x2
-// tensor of 16 bytes whose second element has the bit pattern 0x40100000 (2.25f).
-const char kSpecExampleData[] = "\x00\x00\x00\x00\x00\x00\x10@\x00\x00\x00\x00\x00\x00\x00\x00";
+// The example of the reference implementation's docs and tests (safetensors/src/lib.rs,
+// tensor.rs): a length byte '<' (60), the header, and 16 zero bytes of a 2x2 I32 tensor.
+// mxtrain holds no I32, so the test also loads it with the dtype changed to F32 (same
+// length) and with a nonzero element, 0x40100000 = 2.25f.
+const char kSpecExample[] =
+    "<\x00\x00\x00\x00\x00\x00\x00{\"test\":{\"dtype\":\"I32\",\"shape\":[2,2],\"data_offsets\":[0,"
+    "16]}}\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00";
 
 TEST_F(SafetensorsTest, LoadsTheSpecExample) {
-  const std::string data(kSpecExampleData, 16);
-  const std::string header = R"({"test":{"dtype":"F32","shape":[2,2],"data_offsets":[0,16]}})";
-  ASSERT_EQ(header.size(), 0x38u);  // the example's length byte '8'
-  const std::string bytes = RawSafetensors(header, data);
-  ASSERT_EQ(bytes.substr(0, 8), std::string("8\0\0\0\0\0\0\0", 8));
+  const std::string spec(kSpecExample, sizeof(kSpecExample) - 1);
+  ASSERT_EQ(spec.size(), 8u + 60 + 16);
+  std::string bytes = spec;
+  bytes.replace(bytes.find("I32"), 3, "F32");
+  bytes[8 + 60 + 6] = '\x10';
+  bytes[8 + 60 + 7] = '@';
   const std::string path = Path("spec.safetensors");
   WriteBytes(path, bytes);
   const SafetensorsFile file = ReadSafetensors(path);
@@ -218,9 +223,7 @@ TEST_F(SafetensorsTest, LoadsTheSpecExample) {
   EXPECT_EQ(v[3], 0.0f);
   EXPECT_TRUE(file.metadata.empty());
   // The original example is I32, which mxtrain does not hold: rejected, not reinterpreted.
-  ExpectRawError(
-      RawSafetensors(R"({"test":{"dtype":"I32","shape":[2,2],"data_offsets":[0,16]}})", data),
-      "unsupported dtype \"I32\"");
+  ExpectRawError(spec, "unsupported dtype \"I32\"");
 }
 
 TEST_F(SafetensorsTest, LoadsHandWrittenVariants) {
