@@ -133,7 +133,7 @@ TEST(PlotTest, EverySeriesHasAPolylineAndALegendEntry) {
   const std::string svg = RenderSvg(TwoPanels());
   EXPECT_EQ(Count(svg, "<polyline"), 5u);
   for (const std::string name : {"bf16", "mxfp8", "fp32 &lt;ref&gt; &amp; co"}) {
-    EXPECT_GE(Count(svg, ">" + name + "</text>"), 1u) << name;   // legend
+    EXPECT_GE(Count(svg, ">" + name + "</text>"), 1u) << name;         // legend
     EXPECT_GE(Count(svg, "<title>" + name + "</title>"), 1u) << name;  // polyline tooltip
   }
   EXPECT_EQ(svg.find("<ref>"), std::string::npos);  // escaped

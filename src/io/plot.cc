@@ -26,11 +26,21 @@ std::string Escape(const std::string& s) {
   std::string out;
   for (char c : s) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&apos;"; break;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&apos;";
+        break;
       default:
         // Control characters are not allowed in XML 1.0 text.
         out += (static_cast<unsigned char>(c) < 0x20 && c != '\t') ? ' ' : c;
@@ -68,7 +78,7 @@ std::string TickLabel(double v, double step) {
   char buf[32];
   if (v == 0) return "0";
   const double mag = std::fabs(v);
-  if (mag >= 1e6 || mag < 1e-4) {
+  if (mag >= 1e6 || mag < 1e-4 || !std::isfinite(step) || !(step > 0)) {
     std::snprintf(buf, sizeof(buf), "%.3g", v);
   } else {
     const int decimals = std::max(0, static_cast<int>(-std::floor(std::log10(step) + 1e-9)));
@@ -85,6 +95,9 @@ Axis LinearAxis(double lo, double hi) {
     hi += pad;
   }
   const double step = NiceNumber(NiceNumber(hi - lo, false) / (kTargetTicks - 1), true);
+  // A span past the double range: just the two ends.
+  if (!std::isfinite(step) || !(step > 0))
+    return Axis{lo, hi, {lo, hi}, {TickLabel(lo, hi - lo), TickLabel(hi, hi - lo)}};
   Axis a;
   a.lo = std::floor(lo / step) * step;
   a.hi = std::ceil(hi / step) * step;
@@ -151,7 +164,9 @@ void RenderPanel(const PlotPanel& panel, int index, double width, double height,
     const double v = panel.log_y ? std::log10(y) : y;
     return bottom - (v - ya.lo) / (ya.hi - ya.lo) * (bottom - top);
   };
-  const auto py_axis = [&](double v) { return bottom - (v - ya.lo) / (ya.hi - ya.lo) * (bottom - top); };
+  const auto py_axis = [&](double v) {
+    return bottom - (v - ya.lo) / (ya.hi - ya.lo) * (bottom - top);
+  };
   const std::string clip = "clip" + std::to_string(index);
 
   *out += "<g class=\"panel\">\n";
@@ -182,8 +197,9 @@ void RenderPanel(const PlotPanel& panel, int index, double width, double height,
   *out += "<text x=\"" + Num((left + right) / 2) + "\" y=\"" + Num(height - 10) +
           "\" text-anchor=\"middle\">" + Escape(panel.x_label) + "</text>\n";
   const std::string ylx = Num(index * width + 14), yly = Num((top + bottom) / 2);
-  *out += "<text x=\"" + ylx + "\" y=\"" + yly + "\" text-anchor=\"middle\" transform=\"rotate(-90 " +
-          ylx + " " + yly + ")\">" + Escape(panel.y_label) + "</text>\n";
+  *out += "<text x=\"" + ylx + "\" y=\"" + yly +
+          "\" text-anchor=\"middle\" transform=\"rotate(-90 " + ylx + " " + yly + ")\">" +
+          Escape(panel.y_label) + "</text>\n";
   // The lines, clipped to the plot area.
   for (const PlotSeries& s : panel.series) {
     const char* stroke = kPalette[colour.at(s.name) % kPaletteSize];
