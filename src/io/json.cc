@@ -441,22 +441,10 @@ void DumpValue(const Json& v, int indent, int depth, std::string* out) {
 }
 
 // "an array", "a string", ... for messages.
-std::string_view WithArticle(Json::Type type) {
-  switch (type) {
-    case Json::Type::kNull:
-      return "null";
-    case Json::Type::kBool:
-      return "a bool";
-    case Json::Type::kNumber:
-      return "a number";
-    case Json::Type::kString:
-      return "a string";
-    case Json::Type::kArray:
-      return "an array";
-    case Json::Type::kObject:
-      return "an object";
-  }
-  return "?";
+std::string WithArticle(Json::Type type) {
+  const std::string name(Name(type));
+  if (type == Json::Type::kNull) return name;
+  return (name[0] == 'a' || name[0] == 'o' ? "an " : "a ") + name;
 }
 
 }  // namespace
