@@ -110,18 +110,24 @@ Axis LinearAxis(double lo, double hi) {
   return a;
 }
 
-// Log axis in log10 units over whole decades, ticks every `stride` decades.
+// Log axis in log10 units over whole decades, ticks every `stride` decades; over at most
+// two decades (a typical loss curve) also at 2 and 5 times each power of ten.
 Axis LogAxis(double lo, double hi) {
   Axis a;
   a.lo = std::floor(std::log10(lo));
   a.hi = std::ceil(std::log10(hi));
   if (a.hi <= a.lo) a.hi = a.lo + 1;
   const int stride = std::max(1, static_cast<int>(std::ceil((a.hi - a.lo) / (kTargetTicks + 2))));
+  const bool minor = a.hi - a.lo <= 2;
   for (double e = a.lo; e <= a.hi; e += stride) {
-    a.ticks.push_back(e);
-    char buf[32];
-    std::snprintf(buf, sizeof(buf), "%g", std::pow(10.0, e));
-    a.labels.push_back(buf);
+    for (double m : {1.0, 2.0, 5.0}) {
+      if (m != 1.0 && (!minor || e == a.hi)) continue;
+      const double v = m * std::pow(10.0, e);
+      a.ticks.push_back(std::log10(v));
+      char buf[32];
+      std::snprintf(buf, sizeof(buf), "%g", v);
+      a.labels.push_back(buf);
+    }
   }
   return a;
 }
