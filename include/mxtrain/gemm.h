@@ -74,8 +74,9 @@ Tensor MxGemm(const MxTensor& a, const MxTensor& b, const GemmOptions& options =
 }  // namespace ref
 
 // Names of the GEMM paths this machine can run, best first: "amx-bf16" (AMX tiles),
-// "simd-f32" (fp32 FMA on the best Highway target, simd.h), "portable" (plain loops); and
-// forcing one for tests and benchmarks ("" = best).
+// "avx512-bf16" (VDPBF16PS on the same bf16 packing), "simd-f32" (fp32 FMA on the best
+// Highway target, simd.h), "portable" (plain loops); and forcing one for tests and
+// benchmarks ("" = best).
 std::vector<std::string> AvailableGemmPaths();
 void ForceGemmPath(const std::string& name);
 std::string CurrentGemmPath();

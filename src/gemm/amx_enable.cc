@@ -26,4 +26,12 @@ bool AmxAvailable() {
   return available;
 }
 
+bool Avx512Bf16Available() {
+  // __builtin_cpu_supports also checks that the OS saves the zmm state (XCR0).
+  static const bool available = __builtin_cpu_supports("avx512f") &&
+                                __builtin_cpu_supports("avx512bw") &&
+                                __builtin_cpu_supports("avx512bf16");
+  return available;
+}
+
 }  // namespace mxtrain::internal

@@ -57,6 +57,7 @@ Tensor ResultBuffer(const Checked& c, const GemmOptions& o) {
 internal::GemmKernel ChooseKernel() {
   const std::string path = CurrentGemmPath();
   if (path == "amx-bf16") return &internal::GemmAmx;
+  if (path == "avx512-bf16") return &internal::GemmAvx512Bf16;
   if (path == "simd-f32") return &internal::GemmSimd;
   return &internal::GemmPortable;
 }
@@ -164,6 +165,7 @@ std::vector<uint8_t> PlanBlocks(const GemmProblem& p, int64_t block_rows, int64_
 std::vector<std::string> AvailableGemmPaths() {
   std::vector<std::string> paths;
   if (internal::AmxAvailable()) paths.push_back("amx-bf16");
+  if (internal::Avx512Bf16Available()) paths.push_back("avx512-bf16");
   paths.push_back("simd-f32");
   paths.push_back("portable");
   return paths;

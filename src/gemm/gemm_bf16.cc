@@ -1,11 +1,13 @@
-// The AMX-BF16 GEMM path.
+// The bf16 GEMM paths: AMX-BF16 (TDPBF16PS) and AVX512-BF16 (VDPBF16PS).
 //
 // Each operand is decoded once into bf16 tiles with its block scales folded in (exact for
-// the exact-safe rows this path is given), A as 16x32 row tiles and B in the pair-
-// interleaved ("VNNI") layout TDPBF16PS reads; then 32x32 blocks of C accumulate in four
-// tile registers, 32 along K per instruction (one MX block per tile row). Blocking: a
-// thread owns 256 columns of C at a time (their B tiles, 512 K deep, stay in its L2: 256
-// KiB) and sweeps every 32-row panel of A past them; C is loaded and stored once per 512 K.
+// the exact-safe rows these paths are given), A as 16x32 row tiles and B in the pair-
+// interleaved ("VNNI") layout that both TDPBF16PS and VDPBF16PS read; then 32x32 blocks of C
+// accumulate, 32 along K per step (one MX block per tile row): in four tile registers on
+// AMX, or as four 16x16 sub-blocks of 16 zmm accumulators each on AVX512-BF16 (an A pair
+// broadcast against a row of B pairs per instruction). Blocking, shared by both: a thread
+// owns 256 columns of C at a time (their B tiles, 512 K deep, stay in its L2: 256 KiB) and
+// sweeps every 32-row panel of A past them; C is loaded and stored once per 1024 K.
 #include <immintrin.h>
 #include <omp.h>
 
@@ -17,7 +19,9 @@
 #include "mxtrain/format/bits.h"
 #include "mxtrain/tensor.h"
 
+#define MXTRAIN_AVX512 __attribute__((target("avx512f,avx512bw")))
 #define MXTRAIN_AMX __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw")))
+#define MXTRAIN_DPBF16 __attribute__((target("avx512f,avx512bw,avx512bf16")))
 
 namespace mxtrain::internal {
 namespace {
@@ -70,7 +74,7 @@ inline uint16_t DecodeBf16(const Bf16Table& t, ElementFormat f, uint8_t code, ui
 // 32 codes -> 32 bf16 with per-lane exponent offsets ((scale - 127) << 7), the vector form of
 // DecodeBf16: normal codes by shifting the exponent and mantissa into place, subnormal
 // codes from a table, zero, Inf and NaN kept as they are.
-MXTRAIN_AMX inline __m512i DecodeBf16x32(ElementFormat f, __m256i codes, __m512i offsets) {
+MXTRAIN_AVX512 inline __m512i DecodeBf16x32(ElementFormat f, __m256i codes, __m512i offsets) {
   const __m512i w = _mm512_cvtepu8_epi16(codes);
   const __m512i mag = _mm512_and_si512(w, _mm512_set1_epi16(0x7F));
   const __m512i sign = _mm512_slli_epi16(_mm512_and_si512(w, _mm512_set1_epi16(0x80)), 8);
@@ -103,12 +107,12 @@ MXTRAIN_AMX inline __m512i DecodeBf16x32(ElementFormat f, __m256i codes, __m512i
   return _mm512_or_si512(v, sign);
 }
 
-MXTRAIN_AMX inline __m512i BroadcastOffset(uint8_t scale) {
+MXTRAIN_AVX512 inline __m512i BroadcastOffset(uint8_t scale) {
   return _mm512_set1_epi16(static_cast<int16_t>((static_cast<int>(scale) - 127) << 7));
 }
 
 // Offsets for 32 consecutive scale bytes (columnwise storage: one scale per column).
-MXTRAIN_AMX inline __m512i OffsetsOf(const uint8_t* scales) {
+MXTRAIN_AVX512 inline __m512i OffsetsOf(const uint8_t* scales) {
   const __m512i b =
       _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales)));
   return _mm512_slli_epi16(_mm512_sub_epi16(b, _mm512_set1_epi16(127)), 7);
@@ -116,7 +120,7 @@ MXTRAIN_AMX inline __m512i OffsetsOf(const uint8_t* scales) {
 
 // The logical row f, K block kb (32 values) of an operand as bf16 into out[32]; scalar for
 // columnwise storage and partial blocks.
-MXTRAIN_AMX void DecodeRowBlock(const GemmOperand& op, const Bf16Table& table, int64_t f,
+MXTRAIN_AVX512 void DecodeRowBlock(const GemmOperand& op, const Bf16Table& table, int64_t f,
                                 int64_t kb, uint16_t* out) {
   const int64_t k0 = kb * 32;
   if (f >= op.free) {
@@ -136,7 +140,7 @@ MXTRAIN_AMX void DecodeRowBlock(const GemmOperand& op, const Bf16Table& table, i
 }
 
 // Storage row k (a K index) of a columnwise operand, free indices [f0, f0 + 32), as bf16.
-MXTRAIN_AMX void DecodeStorageRow(const GemmOperand& op, const Bf16Table& table, int64_t k,
+MXTRAIN_AVX512 void DecodeStorageRow(const GemmOperand& op, const Bf16Table& table, int64_t k,
                                   int64_t f0, uint16_t* out) {
   if (k >= op.s) {
     std::memset(out, 0, 64);
@@ -158,7 +162,7 @@ MXTRAIN_AMX void DecodeStorageRow(const GemmOperand& op, const Bf16Table& table,
 
 // Transposes a 32x32 matrix of 16-bit values in place: five butterfly stages that swap
 // the off-diagonal b x b blocks (b = 16, 8, 4, 2, 1), two permutes per row pair each.
-MXTRAIN_AMX void Transpose32x32(uint16_t (*m)[32]) {
+MXTRAIN_AVX512 void Transpose32x32(uint16_t (*m)[32]) {
   struct Indices {
     alignas(64) uint16_t lo[5][32];
     alignas(64) uint16_t hi[5][32];
@@ -191,7 +195,7 @@ MXTRAIN_AMX void Transpose32x32(uint16_t (*m)[32]) {
 
 // A (logical [I, S]) as 16x32 row tiles: tile (ti, kb) holds rows 16 ti.., K 32 kb..
 // Rows past I and K past S are zero. For columnwise storage, fills tiles ti and ti + 1.
-MXTRAIN_AMX void PackATiles(const GemmOperand& op, const Bf16Table& table, int64_t ti, int64_t kbs,
+MXTRAIN_AVX512 void PackATiles(const GemmOperand& op, const Bf16Table& table, int64_t ti, int64_t kbs,
                             uint16_t* dst) {
   if (!op.contract_rows) {
     for (int64_t kb = 0; kb < kbs; ++kb) {
@@ -226,7 +230,7 @@ Tensor PackA(const GemmOperand& op, int64_t rows_pad, int64_t kbs, int threads) 
 // B (logical [J, S]) in the layout TDPBF16PS reads: tile (tj, kb) row p holds, for the 16
 // columns n of the tile, the pair (B[n][2p], B[n][2p + 1]) of K 32 kb + 2p. Two tiles (32
 // columns) at a time.
-MXTRAIN_AMX void PackBTilePair(const GemmOperand& op, const Bf16Table& table, int64_t tp,
+MXTRAIN_AVX512 void PackBTilePair(const GemmOperand& op, const Bf16Table& table, int64_t tp,
                                int64_t kbs, uint16_t* dst) {
   alignas(64) uint16_t rows[32][32];
   // Pair-interleaving indices: output row p of tile t takes (row 2p, row 2p+1) of columns
@@ -272,7 +276,7 @@ Tensor PackB(const GemmOperand& op, int64_t cols_pad, int64_t kbs, int threads) 
 // over K blocks [kb0, kb1).
 // load_c: false when C is known to be zero (first K chunk, no accumulator): the tiles
 // start from zero instead of a load from memory.
-MXTRAIN_AMX void Block(const uint16_t* a, const uint16_t* b, int64_t kbs, int64_t kb0, int64_t kb1,
+MXTRAIN_AMX void AmxBlock(const uint16_t* a, const uint16_t* b, int64_t kbs, int64_t kb0, int64_t kb1,
                        float* c, int64_t ldc, bool load_c) {
   const int64_t stride = ldc * static_cast<int64_t>(sizeof(float));
   if (load_c) {
@@ -309,9 +313,59 @@ MXTRAIN_AMX void Block(const uint16_t* a, const uint16_t* b, int64_t kbs, int64_
 
 MXTRAIN_AMX void ReleaseTiles() { _tile_release(); }
 
-}  // namespace
+// The same C block with VDPBF16PS: each 16x16 sub-block (A tile ta, B tile tb) in 16 zmm
+// accumulators, one per row; per K pair p, one load of B's row p (16 columns x 2) and a
+// broadcast of row r's pair (A[r][2p], A[r][2p + 1]) per accumulator.
+MXTRAIN_DPBF16 void DpBlock(const uint16_t* a, const uint16_t* b, int64_t kbs, int64_t kb0,
+                            int64_t kb1, float* c, int64_t ldc, bool load_c) {
+  for (int64_t ta = 0; ta < 2; ++ta) {
+    for (int64_t tb = 0; tb < 2; ++tb) {
+      const uint16_t* at = a + ta * kbs * kTileElems;
+      const uint16_t* bt = b + tb * kbs * kTileElems;
+      float* ct = c + ta * 16 * ldc + tb * 16;
+      __m512 acc[16];
+      for (int r = 0; r < 16; ++r) {
+        acc[r] = load_c ? _mm512_loadu_ps(ct + r * ldc) : _mm512_setzero_ps();
+      }
+      for (int64_t kb = kb0; kb < kb1; ++kb) {
+        const uint16_t* a_tile = at + kb * kTileElems;
+        const uint16_t* b_tile = bt + kb * kTileElems;
+        for (int p = 0; p < 16; ++p) {
+          const __m512bh bv = (__m512bh)_mm512_load_si512(b_tile + p * 32);
+          for (int r = 0; r < 16; ++r) {
+            int32_t pair;
+            std::memcpy(&pair, a_tile + r * 32 + 2 * p, sizeof(pair));
+            acc[r] = _mm512_dpbf16_ps(acc[r], (__m512bh)_mm512_set1_epi32(pair), bv);
+          }
+        }
+      }
+      for (int r = 0; r < 16; ++r) _mm512_storeu_ps(ct + r * ldc, acc[r]);
+    }
+  }
+}
 
-void GemmAmx(const GemmProblem& p, std::vector<uint8_t>& skipped) {
+// The microkernels the driver below runs: Begin and End once per thread, Block per C block
+// and K chunk.
+struct AmxKernel {
+  static void Begin() { ConfigureTiles(); }
+  static void Block(const uint16_t* a, const uint16_t* b, int64_t kbs, int64_t kb0, int64_t kb1,
+                    float* c, int64_t ldc, bool load_c) {
+    AmxBlock(a, b, kbs, kb0, kb1, c, ldc, load_c);
+  }
+  static void End() { ReleaseTiles(); }
+};
+
+struct DpKernel {
+  static void Begin() {}
+  static void Block(const uint16_t* a, const uint16_t* b, int64_t kbs, int64_t kb0, int64_t kb1,
+                    float* c, int64_t ldc, bool load_c) {
+    DpBlock(a, b, kbs, kb0, kb1, c, ldc, load_c);
+  }
+  static void End() {}
+};
+
+template <class Kernel>
+void RunBf16Gemm(const GemmProblem& p, std::vector<uint8_t>& skipped) {
   const int64_t rows = p.a.free, cols = p.b.free;
   const int64_t rows_pad = CeilDiv(rows, kBlockDim) * kBlockDim;
   const int64_t cols_pad = CeilDiv(cols, kBlockDim) * kBlockDim;
@@ -340,7 +394,7 @@ void GemmAmx(const GemmProblem& p, std::vector<uint8_t>& skipped) {
 
 #pragma omp parallel num_threads(p.threads)
   {
-    ConfigureTiles();
+    Kernel::Begin();
     alignas(64) float scratch[kBlockDim * kBlockDim];
     // C blocks of rows [pi_begin, pi_end) x column item `item`.
     const auto run = [&](int64_t item, int64_t pi_begin, int64_t pi_end) {
@@ -354,7 +408,7 @@ void GemmAmx(const GemmProblem& p, std::vector<uint8_t>& skipped) {
         const uint16_t* b_panel = b + (2 * pj) * kbs * kTileElems;
         const int64_t i0 = pi * kBlockDim, j0 = pj * kBlockDim;
         if (i0 + kBlockDim <= rows && j0 + kBlockDim <= cols) {
-          Block(a_panel, b_panel, kbs, kb0, kb1, p.c + i0 * cols + j0, cols, load_c);
+          Kernel::Block(a_panel, b_panel, kbs, kb0, kb1, p.c + i0 * cols + j0, cols, load_c);
           return;
         }
         // An edge block: through a zero-padded copy of the part of C that exists.
@@ -363,7 +417,7 @@ void GemmAmx(const GemmProblem& p, std::vector<uint8_t>& skipped) {
         for (int64_t r = 0; r < h && load_c; ++r) {
           std::memcpy(scratch + r * kBlockDim, p.c + (i0 + r) * cols + j0, w * sizeof(float));
         }
-        Block(a_panel, b_panel, kbs, kb0, kb1, scratch, kBlockDim, load_c);
+        Kernel::Block(a_panel, b_panel, kbs, kb0, kb1, scratch, kBlockDim, load_c);
         for (int64_t r = 0; r < h; ++r) {
           std::memcpy(p.c + (i0 + r) * cols + j0, scratch + r * kBlockDim, w * sizeof(float));
         }
@@ -394,8 +448,18 @@ void GemmAmx(const GemmProblem& p, std::vector<uint8_t>& skipped) {
 #pragma omp for schedule(dynamic)
       for (int64_t item = 0; item < items; ++item) run(item, 0, panels_i);
     }
-    ReleaseTiles();
+    Kernel::End();
   }
+}
+
+}  // namespace
+
+void GemmAmx(const GemmProblem& p, std::vector<uint8_t>& skipped) {
+  RunBf16Gemm<AmxKernel>(p, skipped);
+}
+
+void GemmAvx512Bf16(const GemmProblem& p, std::vector<uint8_t>& skipped) {
+  RunBf16Gemm<DpKernel>(p, skipped);
 }
 
 }  // namespace mxtrain::internal
