@@ -4,8 +4,8 @@
 // the exact-safe rows these paths are given), A as 16x32 row tiles and B in the pair-
 // interleaved ("VNNI") layout that both TDPBF16PS and VDPBF16PS read; then 32x32 blocks of C
 // accumulate, 32 along K per step (one MX block per tile row): in four tile registers on
-// AMX, or as four 16x16 sub-blocks of 16 zmm accumulators each on AVX512-BF16 (an A pair
-// broadcast against a row of B pairs per instruction). Blocking, shared by both: a thread
+// AMX, or as four strips of 8 rows x 32 columns in 16 zmm accumulators on AVX512-BF16 (an
+// A pair broadcast against a row of B pairs per instruction). Blocking, shared by both: a thread
 // owns 256 columns of C at a time (their B tiles, 512 K deep, stay in its L2: 256 KiB) and
 // sweeps every 32-row panel of A past them; C is loaded and stored once per 1024 K.
 #include <immintrin.h>
@@ -313,33 +313,42 @@ MXTRAIN_AMX void AmxBlock(const uint16_t* a, const uint16_t* b, int64_t kbs, int
 
 MXTRAIN_AMX void ReleaseTiles() { _tile_release(); }
 
-// The same C block with VDPBF16PS: each 16x16 sub-block (A tile ta, B tile tb) in 16 zmm
-// accumulators, one per row; per K pair p, one load of B's row p (16 columns x 2) and a
-// broadcast of row r's pair (A[r][2p], A[r][2p + 1]) per accumulator.
+// The same C block with VDPBF16PS, in four strips of 8 rows x 32 columns (A tile ta, rows
+// 8 h ..): 16 zmm accumulators, and per K pair p, two loads of B's row p (tiles 0 and 1:
+// 16 columns x 2 each) and one broadcast of each row's pair (A[r][2p], A[r][2p + 1]) that
+// both column halves use.
 MXTRAIN_DPBF16 void DpBlock(const uint16_t* a, const uint16_t* b, int64_t kbs, int64_t kb0,
                             int64_t kb1, float* c, int64_t ldc, bool load_c) {
-  for (int64_t ta = 0; ta < 2; ++ta) {
-    for (int64_t tb = 0; tb < 2; ++tb) {
-      const uint16_t* at = a + ta * kbs * kTileElems;
-      const uint16_t* bt = b + tb * kbs * kTileElems;
-      float* ct = c + ta * 16 * ldc + tb * 16;
-      __m512 acc[16];
-      for (int r = 0; r < 16; ++r) {
-        acc[r] = load_c ? _mm512_loadu_ps(ct + r * ldc) : _mm512_setzero_ps();
-      }
-      for (int64_t kb = kb0; kb < kb1; ++kb) {
-        const uint16_t* a_tile = at + kb * kTileElems;
-        const uint16_t* b_tile = bt + kb * kTileElems;
-        for (int p = 0; p < 16; ++p) {
-          const __m512bh bv = (__m512bh)_mm512_load_si512(b_tile + p * 32);
-          for (int r = 0; r < 16; ++r) {
-            int32_t pair;
-            std::memcpy(&pair, a_tile + r * 32 + 2 * p, sizeof(pair));
-            acc[r] = _mm512_dpbf16_ps(acc[r], (__m512bh)_mm512_set1_epi32(pair), bv);
-          }
+  constexpr int kStrip = 8;
+  const uint16_t* b1 = b + kbs * kTileElems;
+  for (int64_t strip = 0; strip < 32 / kStrip; ++strip) {
+    const int64_t ta = strip / 2, r0 = (strip % 2) * kStrip;
+    const uint16_t* at = a + ta * kbs * kTileElems + r0 * 32;
+    float* cs = c + (ta * 16 + r0) * ldc;
+    __m512 acc[kStrip][2];
+    for (int r = 0; r < kStrip; ++r) {
+      acc[r][0] = load_c ? _mm512_loadu_ps(cs + r * ldc) : _mm512_setzero_ps();
+      acc[r][1] = load_c ? _mm512_loadu_ps(cs + r * ldc + 16) : _mm512_setzero_ps();
+    }
+    for (int64_t kb = kb0; kb < kb1; ++kb) {
+      const uint16_t* a_tile = at + kb * kTileElems;
+      const uint16_t* b_tile0 = b + kb * kTileElems;
+      const uint16_t* b_tile1 = b1 + kb * kTileElems;
+      for (int p = 0; p < 16; ++p) {
+        const __m512bh bv0 = (__m512bh)_mm512_load_si512(b_tile0 + p * 32);
+        const __m512bh bv1 = (__m512bh)_mm512_load_si512(b_tile1 + p * 32);
+        for (int r = 0; r < kStrip; ++r) {
+          int32_t pair;
+          std::memcpy(&pair, a_tile + r * 32 + 2 * p, sizeof(pair));
+          const __m512bh av = (__m512bh)_mm512_set1_epi32(pair);
+          acc[r][0] = _mm512_dpbf16_ps(acc[r][0], av, bv0);
+          acc[r][1] = _mm512_dpbf16_ps(acc[r][1], av, bv1);
         }
       }
-      for (int r = 0; r < 16; ++r) _mm512_storeu_ps(ct + r * ldc, acc[r]);
+    }
+    for (int r = 0; r < kStrip; ++r) {
+      _mm512_storeu_ps(cs + r * ldc, acc[r][0]);
+      _mm512_storeu_ps(cs + r * ldc + 16, acc[r][1]);
     }
   }
 }
