@@ -141,18 +141,30 @@ class _MxModule(nn.Module):
     def _init_options(self, recipe, scale, input_policy, weight_policy, defer_backward_quant,
                       reuse_quantized_weight):
         _check_options(input_policy, weight_policy)
-        self._recipe = _recipe(recipe, scale, input_policy, weight_policy,
-                               defer_backward_quant, reuse_quantized_weight)
         self.recipe = recipe
         self.scale = scale
         self.input_policy = "deferred" if defer_backward_quant else input_policy
         self.weight_policy = "deferred" if defer_backward_quant else weight_policy
         self.reuse_quantized_weight = bool(reuse_quantized_weight)
+        self._recipe = self._make_recipe()  # validates the options now
         self._bound = None
+
+    def _make_recipe(self):
+        return _recipe(self.recipe, self.scale, self.input_policy, self.weight_policy, False,
+                       self.reuse_quantized_weight)
+
+    def __getstate__(self):
+        # copy.deepcopy and pickling: the C++ objects are rebuilt on the next forward.
+        state = self.__dict__.copy()
+        state["_recipe"] = None
+        state["_bound"] = None
+        return state
 
     def _apply_op(self, x, groups):
         if not isinstance(x, torch.Tensor):
             raise ValueError(f"input must be a torch.Tensor, got {type(x).__name__}")
+        if self._recipe is None:
+            self._recipe = self._make_recipe()
         key = _Bound.key_of(self.weight, self.bias)
         if self._bound is None or self._bound.key != key:
             self._bound = _Bound(self._op_type, self.weight, self.bias, self._recipe)
