@@ -145,6 +145,42 @@ std::optional<T> OptionalParse(const std::optional<std::string>& s, T (*parse)(s
   return parse(*s);
 }
 
+// A layer's forward, run with the GIL released: (y, ctx).
+template <typename Fn>
+py::tuple Forward(Fn&& forward) {
+  Forwarded f;
+  {
+    py::gil_scoped_release release;
+    f = forward();
+  }
+  return py::make_tuple(f.y, py::cast(std::move(f.ctx)));
+}
+
+// Linear or GroupedLinear over existing parameters, with its backward: (dx, dw, db), None
+// for a gradient that was not wanted. Forward differs (the group list) and is bound apart.
+template <typename Op>
+py::class_<Op> BindLayer(py::module_& m, const char* name) {
+  return py::class_<Op>(m, name)
+      .def(py::init([](std::shared_ptr<Parameter> weight, std::shared_ptr<Parameter> bias,
+                       const Recipe& recipe, int threads) {
+             OpOptions o;
+             o.threads = threads;
+             return std::make_unique<Op>(std::move(weight), std::move(bias), recipe, o);
+           }),
+           py::arg("weight"), py::arg("bias"), py::arg("recipe"), py::arg("threads") = 0)
+      .def(
+          "backward",
+          [](const Op& op, const Tensor& dy, OpContext& ctx) {
+            Grads g;
+            {
+              py::gil_scoped_release release;
+              g = op.Backward(dy, std::move(ctx));
+            }
+            return GradsTuple(g);
+          },
+          py::arg("dy"), py::arg("ctx"));
+}
+
 }  // namespace
 }  // namespace mxtrain
 
@@ -313,71 +349,21 @@ PYBIND11_MODULE(_C, m) {
         return d;
       });
 
-  auto options = [](int threads) {
-    OpOptions o;
-    o.threads = threads;
-    return o;
-  };
-  py::class_<Linear>(m, "Linear")
-      .def(py::init([options](std::shared_ptr<Parameter> weight, std::shared_ptr<Parameter> bias,
-                              const Recipe& recipe, int threads) {
-             return std::make_unique<Linear>(std::move(weight), std::move(bias), recipe,
-                                             options(threads));
-           }),
-           py::arg("weight"), py::arg("bias"), py::arg("recipe"), py::arg("threads") = 0)
+  BindLayer<Linear>(m, "Linear")
       .def(
           "forward",
           [](const Linear& l, const Tensor& x, bool input_requires_grad) {
-            Forwarded f;
-            {
-              py::gil_scoped_release release;
-              f = l.Forward(x, input_requires_grad);
-            }
-            return py::make_tuple(f.y, py::cast(std::move(f.ctx)));
+            return Forward([&] { return l.Forward(x, input_requires_grad); });
           },
-          py::arg("x"), py::arg("input_requires_grad") = true)
-      .def(
-          "backward",
-          [](const Linear& l, const Tensor& dy, OpContext& ctx) {
-            Grads g;
-            {
-              py::gil_scoped_release release;
-              g = l.Backward(dy, std::move(ctx));
-            }
-            return GradsTuple(g);
-          },
-          py::arg("dy"), py::arg("ctx"));
-
-  py::class_<GroupedLinear>(m, "GroupedLinear")
-      .def(py::init([options](std::shared_ptr<Parameter> weight, std::shared_ptr<Parameter> bias,
-                              const Recipe& recipe, int threads) {
-             return std::make_unique<GroupedLinear>(std::move(weight), std::move(bias), recipe,
-                                                    options(threads));
-           }),
-           py::arg("weight"), py::arg("bias"), py::arg("recipe"), py::arg("threads") = 0)
+          py::arg("x"), py::arg("input_requires_grad") = true);
+  BindLayer<GroupedLinear>(m, "GroupedLinear")
       .def(
           "forward",
           [](const GroupedLinear& l, const Tensor& x, const GroupList& groups,
              bool input_requires_grad) {
-            Forwarded f;
-            {
-              py::gil_scoped_release release;
-              f = l.Forward(x, groups, input_requires_grad);
-            }
-            return py::make_tuple(f.y, py::cast(std::move(f.ctx)));
+            return Forward([&] { return l.Forward(x, groups, input_requires_grad); });
           },
-          py::arg("x"), py::arg("groups"), py::arg("input_requires_grad") = true)
-      .def(
-          "backward",
-          [](const GroupedLinear& l, const Tensor& dy, OpContext& ctx) {
-            Grads g;
-            {
-              py::gil_scoped_release release;
-              g = l.Backward(dy, std::move(ctx));
-            }
-            return GradsTuple(g);
-          },
-          py::arg("dy"), py::arg("ctx"));
+          py::arg("x"), py::arg("groups"), py::arg("input_requires_grad") = true);
 
   m.def("weight_cache_stats", [] {
     const WeightCacheStats s = WeightQuantCache::Global().stats();
