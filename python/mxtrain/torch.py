@@ -82,6 +82,10 @@ class _Bound:
     """
 
     def __init__(self, op_type, weight, bias, recipe):
+        for name, p in (("weight", weight), ("bias", bias)):
+            # A copy would not see the optimizer's in-place updates.
+            if p is not None and not p.is_contiguous():
+                raise ValueError(f"{name} must be contiguous (mxtrain reads it in place)")
         self.key = self.key_of(weight, bias)
         self.weight_t = weight
         self.bias_t = bias
