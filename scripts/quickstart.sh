@@ -3,7 +3,8 @@
 #   bash scripts/quickstart.sh run    set up, build (release), run the main job
 #   bash scripts/quickstart.sh test   set up, build (dev: ASan + UBSan) and run every test,
 #                                     then the release build's tests including the
-#                                     exhaustive encoder check
+#                                     exhaustive encoder check, then the Python package's
+#                                     tests against `pip install .` in build/venv
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -25,6 +26,14 @@ case "$mode" in
     cmake --preset release
     cmake --build --preset release -j "$jobs"
     ctest --preset release -j "$jobs"
+    # The Python package as a user installs it: a venv over Debian's python3-torch and
+    # numpy (Debian's interpreter, which those packages belong to), `pip install .`, and
+    # pytest run from outside the source tree so that the installed package is imported.
+    if [ ! -x build/venv/bin/python ]; then
+      /usr/bin/python3 -m venv --system-site-packages build/venv
+    fi
+    CMAKE_BUILD_PARALLEL_LEVEL="$jobs" build/venv/bin/pip install -q .
+    (cd build && MXTRAIN_CLI="$PWD/release/mxtrain" venv/bin/python -m pytest -q ../python/tests)
     ;;
   *)
     echo "usage: bash scripts/quickstart.sh run|test" >&2

@@ -11,6 +11,14 @@ packages=(
   libgtest-dev     # GoogleTest
   libbenchmark-dev # Google Benchmark
   libdnnl-dev      # oneDNN 2.6: the bf16 matmul baseline of `mxtrain bench gemm` (optional to the build)
+  # The Python package (README "Python"): built by pip into a venv that sees these.
+  python3-dev
+  python3-venv
+  python3-pip
+  python3-numpy
+  python3-pytest
+  python3-torch    # PyTorch 1.13 (mxtrain.torch; PyTorch 2.x from pip works as well)
+  pybind11-dev
 )
 
 missing=()

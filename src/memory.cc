@@ -127,22 +127,30 @@ Storage::Storage(size_t bytes, MemoryCategory category) : bytes_(bytes), categor
   g_total.Add(static_cast<int64_t>(bytes_));
 }
 
+Storage::Storage(void* data, size_t bytes, std::shared_ptr<void> owner)
+    : data_(data),
+      bytes_(bytes),
+      category_(MemoryCategory::kActivation),
+      borrowed_(true),
+      owner_(std::move(owner)) {}
+
 Storage::~Storage() {
   MXTRAIN_DCHECK(backward_holds_.load() == 0);  // a hold owns a reference
+  if (borrowed_) return;  // owner_ releases the buffer
   Cache().Give(data_, Padded(bytes_));
   CounterOf(category_).Sub(static_cast<int64_t>(bytes_));
   g_total.Sub(static_cast<int64_t>(bytes_));
 }
 
 void Storage::Recategorize(MemoryCategory category) {
-  if (category == category_) return;
+  if (borrowed_ || category == category_) return;
   CounterOf(category_).Sub(static_cast<int64_t>(bytes_));
   CounterOf(category).Add(static_cast<int64_t>(bytes_));
   category_ = category;
 }
 
 void Storage::AddBackwardHold() {
-  if (backward_holds_.fetch_add(1, std::memory_order_relaxed) == 0) {
+  if (backward_holds_.fetch_add(1, std::memory_order_relaxed) == 0 && !borrowed_) {
     g_held_for_backward.Add(static_cast<int64_t>(bytes_));
   }
 }
@@ -150,7 +158,7 @@ void Storage::AddBackwardHold() {
 void Storage::RemoveBackwardHold() {
   const int before = backward_holds_.fetch_sub(1, std::memory_order_relaxed);
   MXTRAIN_DCHECK(before > 0);
-  if (before == 1) g_held_for_backward.Sub(static_cast<int64_t>(bytes_));
+  if (before == 1 && !borrowed_) g_held_for_backward.Sub(static_cast<int64_t>(bytes_));
 }
 
 MemoryReport ReadMemory() {

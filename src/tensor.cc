@@ -69,6 +69,17 @@ Tensor Tensor::Zeros(DType dtype, Shape shape, MemoryCategory category) {
   return t;
 }
 
+Tensor Tensor::Borrow(void* data, DType dtype, Shape shape, std::shared_ptr<void> owner) {
+  CheckShape(shape);
+  Tensor t;
+  t.dtype_ = dtype;
+  t.shape_ = std::move(shape);
+  MXTRAIN_CHECK(data != nullptr || t.NumBytes() == 0,
+                "cannot borrow a null pointer as a tensor of shape ", t.shape_.ToString());
+  t.storage_ = std::make_shared<Storage>(data, t.NumBytes(), std::move(owner));
+  return t;
+}
+
 Tensor Tensor::Reshape(Shape shape) const {
   CheckShape(shape);
   MXTRAIN_CHECK(shape.NumElements() == NumElements(), "cannot reshape ", shape_.ToString(),

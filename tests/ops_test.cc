@@ -406,6 +406,58 @@ TEST(Ops, DeferredInputCostsNothingWhenHeldElsewhere) {
   EXPECT_EQ(ReadMemory().held_for_backward.live_bytes, 0) << "dropped contexts release";
 }
 
+// A tensor over a framework's memory (Tensor::Borrow: what the Python package passes in)
+// is read in place and never counted: deferred keeps a reference to the very buffer, the
+// owner lives as long as that reference, and a borrowed weight works as an owned one.
+TEST(Ops, BorrowedInputIsReferencedNotCopiedNorCounted) {
+  const Problem p = MakeProblem(false, 13);
+  RecipeOptions ro;
+  ro.input_policy = SavePolicy::kDeferred;
+  ro.weight_policy = SavePolicy::kDeferred;
+  const Layer owned(p, Recipe::Make(ro), {});
+  auto x_buffer = std::make_shared<std::vector<float>>(p.x);
+  auto w_buffer = std::make_shared<std::vector<float>>(p.w);
+  std::weak_ptr<std::vector<float>> x_alive = x_buffer;
+  ReleaseCachedMemory();
+  const MemoryReport before = ReadMemory();
+  Tensor x = Tensor::Borrow(x_buffer->data(), DType::kF32, p.x_shape, x_buffer);
+  auto w = std::make_shared<Parameter>(
+      Tensor::Borrow(w_buffer->data(), DType::kF32, WeightShape(p), w_buffer), "w");
+  auto b = std::make_shared<Parameter>(MakeF32(BiasShape(p), p.b), "b");
+  x_buffer.reset();
+  EXPECT_EQ(x.raw(), x_alive.lock()->data()) << "borrowed, not copied";
+  EXPECT_EQ(ReadMemory().total.live_bytes - before.total.live_bytes,
+            static_cast<int64_t>(b->value().NumBytes()))
+      << "borrowing counts nothing";
+  x.storage()->Recategorize(MemoryCategory::kSavedForBackward);
+  EXPECT_EQ(x.storage()->category(), MemoryCategory::kActivation) << "never re-categorized";
+
+  const Linear layer(w, b, Recipe::Make(ro), {});
+  const int64_t held_before = ReadMemory().held_for_backward.live_bytes;
+  Forwarded f = layer.Forward(x);
+  // Deferred input and weight: the context references both borrowed buffers, which cost
+  // nothing in the allocator's figures.
+  const SavedMemory saved = f.ctx.saved_memory();
+  EXPECT_EQ(saved.allocated_bytes, 0);
+  EXPECT_EQ(saved.referenced_bytes, static_cast<int64_t>(x.NumBytes() + w->value().NumBytes()));
+  EXPECT_EQ(ReadMemory().held_for_backward.live_bytes, held_before);
+  x = Tensor();  // the caller lets go: the context still holds the buffer
+  EXPECT_FALSE(x_alive.expired());
+
+  // Same results, bit for bit, as the layer over owned copies of the same values.
+  const Tensor x_owned = MakeF32(p.x_shape, p.x);
+  Forwarded fo = owned.Forward(x_owned);
+  EXPECT_TRUE(BytesEqual(f.y, fo.y));
+  const Tensor dy = MakeF32(YShape(p), p.dy);
+  const Grads g = layer.Backward(dy, std::move(f.ctx));
+  const Grads go = owned.Backward(dy, std::move(fo.ctx));
+  EXPECT_TRUE(BytesEqual(g.dx, go.dx));
+  EXPECT_TRUE(BytesEqual(g.dw, go.dw));
+  EXPECT_TRUE(BytesEqual(g.db, go.db));
+  EXPECT_TRUE(x_alive.expired()) << "the backward released the last reference";
+  EXPECT_THROW(Tensor::Borrow(nullptr, DType::kF32, Shape{2, 32}, nullptr), Error);
+}
+
 TEST(Ops, FrozenWeightKeepsNoInputCopy) {
   const Problem p = MakeProblem(false, 12);
   const Layer layer(p, Recipe(), {});

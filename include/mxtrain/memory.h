@@ -42,9 +42,16 @@ struct MemoryReport {
 };
 
 // A 64-byte aligned buffer whose bytes are counted under its category while it lives.
+//
+// Or a borrowed buffer (Tensor::Borrow): memory mxtrain did not allocate (a numpy array, a
+// torch tensor), kept alive by `owner` for as long as the Storage lives. Its owner counts
+// it, so mxtrain does not: a borrowed buffer is in no figure of MemoryReport (no category,
+// not total, not held_for_backward), Recategorize leaves it alone, and a backward pass that
+// keeps a reference to it costs nothing here (SavedMemory still lists it as referenced).
 class Storage {
  public:
   Storage(size_t bytes, MemoryCategory category);
+  Storage(void* data, size_t bytes, std::shared_ptr<void> owner);
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
@@ -52,8 +59,9 @@ class Storage {
   void* data() const { return data_; }
   size_t bytes() const { return bytes_; }
   MemoryCategory category() const { return category_; }
+  bool borrowed() const { return borrowed_; }
   // Moves the bytes to another category (a buffer changes role, e.g. an activation that
-  // becomes saved for backward).
+  // becomes saved for backward). No effect on a borrowed buffer.
   void Recategorize(MemoryCategory category);
 
   // A backward pass holds this buffer (SavedTensors, ops/saved.h): its bytes count in
@@ -66,6 +74,8 @@ class Storage {
   void* data_;
   size_t bytes_;
   MemoryCategory category_;
+  bool borrowed_ = false;
+  std::shared_ptr<void> owner_;  // borrowed buffers only
   std::atomic<int> backward_holds_{0};
 };
 

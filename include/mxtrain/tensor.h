@@ -45,6 +45,11 @@ class Tensor {
   // A new tensor filled with zero bytes.
   static Tensor Zeros(DType dtype, Shape shape,
                       MemoryCategory category = MemoryCategory::kActivation);
+  // A tensor over memory mxtrain does not own (a numpy array, a torch tensor): C-contiguous
+  // elements of dtype at data, kept alive by `owner` while any tensor shares the storage.
+  // Not copied and not counted by the tracking allocator (memory.h, borrowed buffers).
+  // data may be null only for an empty shape.
+  static Tensor Borrow(void* data, DType dtype, Shape shape, std::shared_ptr<void> owner);
 
   DType dtype() const { return dtype_; }
   const Shape& shape() const { return shape_; }
