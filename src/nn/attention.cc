@@ -47,34 +47,48 @@ AttentionOut CausalAttentionForward(const Tensor& q, const Tensor& k, const Tens
   float* out = o.out.data<float>();
   float* probs = o.probs.data<float>();
   const float scale = 1.0f / std::sqrt(static_cast<float>(n.d));
-#pragma omp parallel for num_threads(Threads(threads)) schedule(static)
-  for (int64_t bh = 0; bh < n.b * n.h; ++bh) {
-    const int64_t b = bh / n.h, h = bh % n.h;
-    const int64_t row0 = b * n.t, col0 = h * n.d;
-    float* p = probs + bh * n.t * n.t;
-    for (int64_t i = 0; i < n.t; ++i) {
-      const float* qi = qp + (row0 + i) * n.width + col0;
-      float* pi = p + i * n.t;
-      float mx = -INFINITY;
-      for (int64_t j = 0; j <= i; ++j) {
+#pragma omp parallel num_threads(Threads(threads))
+  {
+    // K of one (b, h) transposed to [d, T], so that a row of scores is a sum of d scaled
+    // rows (vectorizes along j without reassociating any sum).
+    std::vector<float> kt(static_cast<size_t>(n.d * n.t));
+#pragma omp for schedule(static)
+    for (int64_t bh = 0; bh < n.b * n.h; ++bh) {
+      const int64_t b = bh / n.h, h = bh % n.h;
+      const int64_t row0 = b * n.t, col0 = h * n.d;
+      float* p = probs + bh * n.t * n.t;
+      for (int64_t j = 0; j < n.t; ++j) {
         const float* kj = kp + (row0 + j) * n.width + col0;
-        float s = 0;
-        for (int64_t c = 0; c < n.d; ++c) s += qi[c] * kj[c];
-        pi[j] = s * scale;
-        mx = std::fmax(mx, pi[j]);
+        for (int64_t c = 0; c < n.d; ++c) kt[c * n.t + j] = kj[c];
       }
-      float sum = 0;
-      for (int64_t j = 0; j <= i; ++j) {
-        pi[j] = std::exp(pi[j] - mx);
-        sum += pi[j];
-      }
-      const float inv = 1.0f / sum;
-      for (int64_t j = 0; j <= i; ++j) pi[j] *= inv;
-      float* oi = out + (row0 + i) * n.width + col0;
-      for (int64_t c = 0; c < n.d; ++c) oi[c] = 0;
-      for (int64_t j = 0; j <= i; ++j) {
-        const float* vj = vp + (row0 + j) * n.width + col0;
-        for (int64_t c = 0; c < n.d; ++c) oi[c] += pi[j] * vj[c];
+      for (int64_t i = 0; i < n.t; ++i) {
+        const float* qi = qp + (row0 + i) * n.width + col0;
+        float* pi = p + i * n.t;
+        for (int64_t j = 0; j <= i; ++j) pi[j] = 0;
+        for (int64_t c = 0; c < n.d; ++c) {
+          const float qc = qi[c];
+          const float* ktc = kt.data() + c * n.t;
+          for (int64_t j = 0; j <= i; ++j) pi[j] += qc * ktc[j];
+        }
+        float mx = -INFINITY;
+        for (int64_t j = 0; j <= i; ++j) {
+          pi[j] *= scale;
+          mx = std::fmax(mx, pi[j]);
+        }
+        float sum = 0;
+        for (int64_t j = 0; j <= i; ++j) {
+          pi[j] = std::exp(pi[j] - mx);
+          sum += pi[j];
+        }
+        const float inv = 1.0f / sum;
+        for (int64_t j = 0; j <= i; ++j) pi[j] *= inv;
+        float* oi = out + (row0 + i) * n.width + col0;
+        for (int64_t c = 0; c < n.d; ++c) oi[c] = 0;
+        for (int64_t j = 0; j <= i; ++j) {
+          const float* vj = vp + (row0 + j) * n.width + col0;
+          const float pij = pi[j];
+          for (int64_t c = 0; c < n.d; ++c) oi[c] += pij * vj[c];
+        }
       }
     }
   }
@@ -105,24 +119,29 @@ AttentionGrads CausalAttentionBackward(const Tensor& dout, const Tensor& q, cons
 #pragma omp parallel num_threads(Threads(threads))
   {
     std::vector<float> ds(static_cast<size_t>(n.t * n.t));
+    std::vector<float> vt(static_cast<size_t>(n.d * n.t));  // V transposed, as K forward
 #pragma omp for schedule(static)
     for (int64_t bh = 0; bh < n.b * n.h; ++bh) {
       const int64_t b = bh / n.h, h = bh % n.h;
       const int64_t row0 = b * n.t, col0 = h * n.d;
       const float* p = pp + bh * n.t * n.t;
       auto at = [&](const float* base, int64_t row) { return base + (row0 + row) * n.width + col0; };
+      for (int64_t j = 0; j < n.t; ++j) {
+        const float* vj = at(vp, j);
+        for (int64_t c = 0; c < n.d; ++c) vt[c * n.t + j] = vj[c];
+      }
       for (int64_t i = 0; i < n.t; ++i) {
         const float* doi = at(dop, i);
         const float* pi = p + i * n.t;
         float* dsi = ds.data() + i * n.t;
-        float dot = 0;
-        for (int64_t j = 0; j <= i; ++j) {
-          const float* vj = at(vp, j);
-          float s = 0;
-          for (int64_t c = 0; c < n.d; ++c) s += doi[c] * vj[c];
-          dsi[j] = s;  // dP for now
-          dot += pi[j] * s;
+        for (int64_t j = 0; j <= i; ++j) dsi[j] = 0;  // dP for now
+        for (int64_t c = 0; c < n.d; ++c) {
+          const float dc = doi[c];
+          const float* vtc = vt.data() + c * n.t;
+          for (int64_t j = 0; j <= i; ++j) dsi[j] += dc * vtc[j];
         }
+        float dot = 0;
+        for (int64_t j = 0; j <= i; ++j) dot += pi[j] * dsi[j];
         for (int64_t j = 0; j <= i; ++j) dsi[j] = pi[j] * (dsi[j] - dot) * scale;
         float* dqi = dq + (row0 + i) * n.width + col0;
         for (int64_t c = 0; c < n.d; ++c) dqi[c] = 0;
