@@ -8,19 +8,25 @@
 
 #include <bit>
 #include <cerrno>
-#include <chrono>
 #include <cstdint>
-#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <optional>
-#include <random>
 #include <set>
 
+#include "io/file_util.h"
 #include "mxtrain/error.h"
 
 namespace mxtrain {
 namespace {
+
+using internal::CheckNotDirectory;
+using internal::CreateTemporary;
+using internal::Fd;
+using internal::Printable;
+using internal::ReadUpTo;
+using internal::Temporaries;
+using internal::WriteAll;
 
 static_assert(std::endian::native == std::endian::little,
               "the .npy reader and writer copy little-endian data as is");
@@ -32,50 +38,6 @@ constexpr size_t kMagicSize = 6;
 constexpr uint32_t kMaxHeaderBytes = 16u << 20;
 constexpr size_t kV1MaxHeaderBytes = 65535;  // the 2-byte length field of version 1.0
 constexpr size_t kDataAlignment = 64;        // what np.save has used since NumPy 1.14
-
-// Keeps error messages on one line whatever bytes a file or path holds: control characters
-// become '?' (UTF-8 in paths passes through).
-std::string Printable(std::string_view s) {
-  std::string out;
-  for (char c : s) {
-    const auto u = static_cast<unsigned char>(c);
-    out += (u < 0x20 || u == 0x7F) ? '?' : c;
-  }
-  return out;
-}
-
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  int get() const { return fd_; }
-  // Closes now and reports close's own error (a delayed write error on some filesystems).
-  int Close() {
-    const int rc = ::close(fd_);
-    fd_ = -1;
-    return rc;
-  }
-
- private:
-  int fd_;
-};
-
-// Reads up to n bytes; fewer only at end of file.
-size_t ReadUpTo(int fd, void* buffer, size_t n, const std::string& path) {
-  size_t done = 0;
-  while (done < n) {
-    const ssize_t got = ::read(fd, static_cast<char*>(buffer) + done, n - done);
-    if (got < 0 && errno == EINTR) continue;
-    if (got < 0) Fail("cannot read '", Printable(path), "': ", std::strerror(errno));
-    if (got == 0) break;
-    done += static_cast<size_t>(got);
-  }
-  return done;
-}
 
 struct NpyHeader {
   std::string descr;
@@ -258,47 +220,6 @@ std::string EncodeHeader(const Tensor& t) {
   Fail("unreachable");
 }
 
-void WriteAll(int fd, const void* data, size_t n, const std::string& path) {
-  size_t done = 0;
-  while (done < n) {
-    const ssize_t put = ::write(fd, static_cast<const char*>(data) + done, n - done);
-    if (put < 0 && errno == EINTR) continue;
-    if (put < 0) Fail("cannot write '", Printable(path), "': ", std::strerror(errno));
-    done += static_cast<size_t>(put);
-  }
-}
-
-// Temporary files not yet renamed into place; the destructor removes them, so an exception
-// anywhere in WriteNpyFiles leaves no temporary behind.
-class Temporaries {
- public:
-  ~Temporaries() {
-    for (const std::string& tmp : paths_) ::unlink(tmp.c_str());
-  }
-  std::vector<std::string>& paths() { return paths_; }
-
- private:
-  std::vector<std::string> paths_;
-};
-
-// Creates "<path>.tmp.XXXXXX" exclusively. Not mkstemp: its files are mode 0600, while
-// open(0666) lets the umask give the output the permissions any new file would get.
-int CreateTemporary(const std::string& path, std::string* tmp) {
-  static constexpr char kChars[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
-  thread_local std::mt19937_64 rng(
-      std::random_device{}() ^
-      static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()) ^
-      (static_cast<uint64_t>(::getpid()) << 32));
-  for (int attempt = 0; attempt < 100; ++attempt) {
-    *tmp = path + ".tmp.";
-    for (int i = 0; i < 6; ++i) *tmp += kChars[rng() % (sizeof(kChars) - 1)];
-    const int fd = ::open(tmp->c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-    if (fd >= 0 || errno != EEXIST) return fd;
-  }
-  errno = EEXIST;
-  return -1;
-}
-
 }  // namespace
 
 std::string_view NpyDescr(DType dtype) {
@@ -391,11 +312,7 @@ void WriteNpyFiles(const std::vector<std::pair<std::string, const Tensor*>>& fil
                   "' twice in one set");
     MXTRAIN_CHECK(tensor != nullptr && tensor->defined(), "cannot write '", Printable(path),
                   "': the tensor is undefined");
-    // rename() cannot replace a directory; finding out now keeps the set all-or-nothing.
-    struct stat st {};
-    if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
-      Fail("cannot write '", Printable(path), "': ", std::strerror(EISDIR));
-    }
+    CheckNotDirectory(path);
   }
   Temporaries temporaries;
   for (const auto& [path, tensor] : files) {
@@ -408,13 +325,7 @@ void WriteNpyFiles(const std::vector<std::pair<std::string, const Tensor*>>& fil
     WriteAll(fd.get(), tensor->raw(), tensor->NumBytes(), path);
     if (fd.Close() != 0) Fail("cannot write '", Printable(path), "': ", std::strerror(errno));
   }
-  std::vector<std::string>& pending = temporaries.paths();
-  for (size_t i = 0; i < files.size(); ++i) {
-    if (::rename(pending.front().c_str(), files[i].first.c_str()) != 0) {
-      Fail("cannot write '", Printable(files[i].first), "': ", std::strerror(errno));
-    }
-    pending.erase(pending.begin());
-  }
+  for (const auto& file : files) internal::RenameFront(temporaries, file.first);
 }
 
 void WriteNpy(const std::string& path, const Tensor& tensor) { WriteNpyFiles({{path, &tensor}}); }
