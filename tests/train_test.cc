@@ -210,7 +210,6 @@ TEST(TrainLoop, BadConfigurationsAreErrors) {
   EXPECT_THROW(SplitCorpus(std::string(20, 'a'), 16, "tiny"), Error);
 }
 
-#if __has_include("mxtrain/safetensors.h")
 class TrainCheckpoint : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -264,7 +263,5 @@ TEST_F(TrainCheckpoint, MismatchedModelIsAnError) {
   other.model = c.model;
   EXPECT_THROW(Train(other, TinyCorpus()), Error);
 }
-#endif
-
 }  // namespace
 }  // namespace mxtrain

@@ -5,14 +5,9 @@
 
 #include "mxtrain/error.h"
 
-#if __has_include("mxtrain/safetensors.h")
 #include "mxtrain/safetensors.h"
-#define MXTRAIN_HAVE_SAFETENSORS 1
-#endif
 
 namespace mxtrain::internal {
-
-#ifdef MXTRAIN_HAVE_SAFETENSORS
 
 void WriteCheckpoint(const std::string& path, const Model& model, const AdamW& optimizer,
                      const std::map<std::string, std::string>& metadata) {
@@ -74,19 +69,5 @@ CheckpointState ReadCheckpoint(const std::string& path, const Model& model) {
   s.metadata = std::move(f.metadata);
   return s;
 }
-
-#else  // until the safetensors module lands
-
-// Without a writer a run still trains; it only leaves no checkpoint.
-void WriteCheckpoint(const std::string&, const Model&, const AdamW&,
-                     const std::map<std::string, std::string>&) {}
-std::map<std::string, std::string> ReadCheckpointMetadata(const std::string& path) {
-  Fail("cannot read checkpoint '", path, "': this build has no safetensors support");
-}
-CheckpointState ReadCheckpoint(const std::string& path, const Model&) {
-  Fail("cannot read checkpoint '", path, "': this build has no safetensors support");
-}
-
-#endif
 
 }  // namespace mxtrain::internal

@@ -1,19 +1,20 @@
 // Metrics CSV, summary.json, the comparison table and the plot (train.h, train_report.h).
 #include "mxtrain/train_report.h"
 
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
+#include "io/file_util.h"
 #include "mxtrain/error.h"
 
-#if __has_include("mxtrain/plot.h")
+#include "mxtrain/json.h"
 #include "mxtrain/plot.h"
-#define MXTRAIN_HAVE_PLOT 1
-#endif
 
 namespace mxtrain {
 
@@ -24,31 +25,6 @@ std::string Num(double v) {
   char buf[40];
   std::snprintf(buf, sizeof buf, "%.17g", v);
   return buf;
-}
-
-// JSON has no NaN or Inf: null.
-std::string JsonNum(double v) {
-  if (!std::isfinite(v)) return "null";
-  char buf[40];
-  std::snprintf(buf, sizeof buf, "%.17g", v);
-  return buf;
-}
-
-std::string JsonString(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", c);
-      out += buf;
-    } else {
-      out += c;
-    }
-  }
-  return out + "\"";
 }
 
 constexpr const char* kCsvHeader =
@@ -104,26 +80,32 @@ std::vector<StepMetrics> ParseMetricsCsv(const std::string& csv) {
 }
 
 std::string SummaryJson(const std::vector<TrainResult>& runs) {
-  std::string out = "[\n";
-  for (size_t i = 0; i < runs.size(); ++i) {
-    const TrainResult& r = runs[i];
+  // JSON has no NaN or Inf: a non-finite figure is null.
+  auto num = [](double v) { return std::isfinite(v) ? Json(v) : Json(); };
+  Json list = Json::MakeArray();
+  for (const TrainResult& r : runs) {
     const bool mx = r.recipe.mxfp8();
-    const std::string in = mx ? JsonString(std::string(Name(r.recipe.input_policy()))) : "null";
-    const std::string w = mx ? JsonString(std::string(Name(r.recipe.weight_policy()))) : "null";
-    out += StrCat("  {\"name\": ", JsonString(r.name), ", \"precision\": ",
-                  JsonString(std::string(Name(r.recipe.precision()))), ", \"recipe\": ",
-                  JsonString(r.recipe.ToString()), ", \"input_policy\": ", in,
-                  ", \"weight_policy\": ", w, ", \"final_train_loss\": ",
-                  JsonNum(r.final_train_loss), ", \"final_val_loss\": ",
-                  JsonNum(r.final_val_loss), ", \"tokens_per_s\": ", JsonNum(r.tokens_per_s),
-                  ", \"step_ms\": ", JsonNum(r.step_ms), ", \"peak_bytes\": ", r.peak_bytes,
-                  ", \"saved_bytes\": ", r.saved_bytes, ", \"steps\": ", r.steps.size(),
-                  ", \"parameters\": ", r.parameters, ", \"cache_hits\": ", r.cache_hits,
-                  ", \"cache_misses\": ", r.cache_misses, ", \"resumed_from\": ",
-                  r.resumed_from, ", \"seconds\": ", JsonNum(r.seconds), "}",
-                  i + 1 < runs.size() ? "," : "", "\n");
+    Json o = Json::MakeObject();
+    o.Set("name", r.name);
+    o.Set("precision", Name(r.recipe.precision()));
+    o.Set("recipe", r.recipe.ToString());
+    o.Set("input_policy", mx ? Json(Name(r.recipe.input_policy())) : Json());
+    o.Set("weight_policy", mx ? Json(Name(r.recipe.weight_policy())) : Json());
+    o.Set("final_train_loss", num(r.final_train_loss));
+    o.Set("final_val_loss", num(r.final_val_loss));
+    o.Set("tokens_per_s", num(r.tokens_per_s));
+    o.Set("step_ms", num(r.step_ms));
+    o.Set("peak_bytes", r.peak_bytes);
+    o.Set("saved_bytes", r.saved_bytes);
+    o.Set("steps", static_cast<int64_t>(r.steps.size()));
+    o.Set("parameters", r.parameters);
+    o.Set("cache_hits", r.cache_hits);
+    o.Set("cache_misses", r.cache_misses);
+    o.Set("resumed_from", r.resumed_from);
+    o.Set("seconds", num(r.seconds));
+    list.Push(std::move(o));
   }
-  return out + "]\n";
+  return list.Dump(2) + "\n";
 }
 
 std::string ComparisonTable(const std::vector<TrainResult>& runs) {
@@ -158,7 +140,6 @@ std::string ComparisonTable(const std::vector<TrainResult>& runs) {
 }
 
 std::string TrainingPlotSvg(const std::vector<TrainResult>& runs) {
-#ifdef MXTRAIN_HAVE_PLOT
   PlotPanel train{"training loss", "step", "loss (nats)", {}, false};
   PlotPanel val{"validation loss", "step", "loss (nats)", {}, false};
   PlotPanel peak{"peak memory per step", "step", "MiB", {}, false};
@@ -184,25 +165,19 @@ std::string TrainingPlotSvg(const std::vector<TrainResult>& runs) {
     saved.series.push_back(std::move(s));
   }
   return RenderSvg({train, val, peak, saved});
-#else
-  (void)runs;
-  return "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"520\" height=\"40\"><text x=\"10\" "
-         "y=\"25\">plotting is not available in this build</text></svg>\n";
-#endif
 }
 
 void WriteFileAtomic(const std::string& path, const std::string& bytes) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    MXTRAIN_CHECK(out.good(), "cannot write '", tmp, "'");
-    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    out.flush();
-    MXTRAIN_CHECK(out.good(), "cannot write '", tmp, "'");
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  MXTRAIN_CHECK(!ec, "cannot rename '", tmp, "' to '", path, "': ", ec.message());
+  internal::CheckNotDirectory(path);
+  internal::Temporaries temporaries;
+  std::string tmp;
+  internal::Fd fd(internal::CreateTemporary(path, &tmp));
+  MXTRAIN_CHECK(fd.get() >= 0, "cannot write '", internal::Printable(path), "': ",
+                std::strerror(errno));
+  temporaries.paths().push_back(tmp);
+  internal::WriteAll(fd.get(), bytes.data(), bytes.size(), path);
+  internal::SyncAndClose(fd, path);
+  internal::RenameFront(temporaries, path);
 }
 
 }  // namespace mxtrain
