@@ -32,7 +32,7 @@ constexpr char kUsage[] =
          [--out DIR] [--seed S] [--threads T] [--checkpoint-every N] [--resume DIR]
          [--d-model D] [--layers L] [--heads H] [--experts E] [--top-k K] [--d-ff F]
          [--context T] [--batch B] [--micro-batches M] [--lr LR] [--warmup N]
-         [--eval-every N]
+         [--eval-every N] [--stop-after N]
   Trains a byte-level decoder-only transformer with mixture-of-experts blocks (every
   matmul through the MXFP8 Linear / GroupedLinear ops) and prints, per run, the final
   train and validation loss, the gap to bf16, tokens/s, step time, peak memory and
@@ -56,6 +56,8 @@ constexpr char kUsage[] =
   --checkpoint-every N  also checkpoint every N steps (always at the end)
   --resume DIR       continue the runs from DIR/NAME/checkpoint.safetensors (the same
                      model flags); writes into DIR unless --out is given
+  --stop-after N     stop each run after step N of the --steps schedule, checkpointing
+                     there (continue later with --resume)
   model: --d-model 128 --layers 2 --heads 4 --experts 4 --top-k 2 --d-ff 256 --context 64
   batch: --batch 16 sequences per micro-batch, --micro-batches 2 (gradient accumulation)
   optimizer: --lr 3e-3 peak (cosine to a tenth), --warmup 20 steps; --eval-every 50
@@ -221,6 +223,7 @@ int Train(const ParsedArgs& args) {
   base.threads = static_cast<int>(ParseInt(args.Get("threads", "0"), "--threads", 0, 1024));
   base.checkpoint_every =
       ParseInt(args.Get("checkpoint-every", "0"), "--checkpoint-every", 0, 10000000);
+  base.stop_after = ParseInt(args.Get("stop-after", "0"), "--stop-after", 0, 10000000);
   base.eval_every = ParseInt(args.Get("eval-every", "50"), "--eval-every", 0, 10000000);
   base.lr.peak_lr = ParseDouble(args.Get("lr", "3e-3"), "--lr");
   base.lr.min_lr = base.lr.peak_lr / 10;
@@ -263,12 +266,13 @@ int Train(const ParsedArgs& args) {
               static_cast<long long>(base.batch_size), static_cast<unsigned long long>(base.seed));
   std::fflush(stdout);
 
-  Progress progress(base.steps * static_cast<int64_t>(configs.size()));
+  const int64_t run_steps = base.stop_after > 0 ? std::min(base.stop_after, base.steps) : base.steps;
+  Progress progress(run_steps * static_cast<int64_t>(configs.size()));
   std::vector<TrainResult> results;
   for (TrainConfig& c : configs) {
     RunSubdirectory(out, c.name);
     c.checkpoint_path = CheckpointPath(out, c.name);
-    progress.Begin(c.name, c.steps);
+    progress.Begin(c.name, run_steps);
     c.on_step = [&progress](const StepMetrics& s) { progress.Step(s); };
     TrainResult r;
     try {
@@ -314,7 +318,7 @@ int RunTrain(const std::vector<std::string>& argv) {
          {"reuse-weights", false}, {"steps"}, {"data"}, {"out"}, {"seed"}, {"threads"},
          {"checkpoint-every"}, {"resume"}, {"d-model"}, {"layers"}, {"heads"}, {"experts"},
          {"top-k"}, {"d-ff"}, {"context"}, {"batch"}, {"micro-batches"}, {"lr"}, {"warmup"},
-         {"eval-every"}});
+         {"eval-every"}, {"stop-after"}});
     if (args.help()) {
       std::cout << kUsage << "\n";
       return 0;

@@ -11,7 +11,10 @@
 // Every matmul runs through Linear / GroupedLinear (linear.h) with the model's Recipe: Wq,
 // Wk, Wv, Wo, the experts' fused gate/up W13 and down W2, and the LM head. The router's
 // small [D, E] projection is a Linear too, always in fp32, as MXFP8 recipes keep it (its
-// top-k is a discrete choice that rounding would flip). The rest is fp32 (nn.h).
+// top-k is a discrete choice that rounding would flip). The rest is fp32 (nn.h), and so is
+// the residual stream; as under autocast, what enters a bf16 or MXFP8 matmul (and its
+// output gradient) is bf16, so that a matmul's input is saved, or referenced by the
+// deferred policy, at 2 bytes per element, and a bf16 copy feeds Wq, Wk and Wv at once.
 // Parameters are fp32 master weights; backward accumulates their gradients into
 // main_grad, so micro-batches of one optimizer step add up there.
 #pragma once
@@ -86,6 +89,8 @@ class Model {
   struct Block;
   struct Tape;
   void SetRequiresGrad(bool value);
+  // What a matmul of this recipe takes: bf16 (fp32 for the fp32 recipe).
+  Tensor ToMatmulInput(const Tensor& t) const;
 
   ModelConfig config_;
   Recipe recipe_;

@@ -60,6 +60,9 @@ struct TrainConfig {
   // never) and after the last step, when the path is set.
   std::string checkpoint_path;
   int64_t checkpoint_every = 0;
+  // Stop after this step (0: run all `steps`), checkpointing there as at the end: a run in
+  // pieces, each resumed from the last, repeats the run made at once.
+  int64_t stop_after = 0;
   // A checkpoint to continue from (its model must match `model`).
   std::string resume_path;
   // Called after every step (progress reports).

@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "mxtrain/elementwise.h"
 #include "mxtrain/error.h"
 #include "mxtrain/nn.h"
 #include "mxtrain/saved.h"
@@ -189,6 +190,11 @@ int64_t Model::NumParameters() const {
   return n;
 }
 
+Tensor Model::ToMatmulInput(const Tensor& t) const {
+  return CastTo(t, recipe_.precision() == Precision::kFp32 ? DType::kF32 : DType::kBF16,
+                MemoryCategory::kActivation, threads_);
+}
+
 void Model::SetRequiresGrad(bool value) {
   for (const auto& p : params_) p->set_requires_grad(value);
 }
@@ -212,6 +218,10 @@ LossParts Model::ForwardBackward(std::span<const int32_t> ids, std::span<const i
   const int64_t heads = config_.n_heads;
   const int k = static_cast<int>(config_.top_k), e = static_cast<int>(config_.n_experts);
   const int64_t n = batch * config_.context;
+  const auto In = [this](const Tensor& t) { return ToMatmulInput(t); };
+  const auto F32 = [th](const Tensor& t) {
+    return CastTo(t, DType::kF32, MemoryCategory::kActivation, th);
+  };
   Tape tape;
   tape.blocks.resize(blocks_.size());
   LossParts out;
@@ -224,18 +234,19 @@ LossParts Model::ForwardBackward(std::span<const int32_t> ids, std::span<const i
     t.x_in = x;
     nn::RmsNormOut n1 = nn::RmsNormForward(x, b.norm1->value(), kNormEps, th);
     t.rstd1 = n1.rstd;
-    Forwarded q = b.wq->Forward(n1.y), kk = b.wk->Forward(n1.y), v = b.wv->Forward(n1.y);
-    t.q = q.y;
-    t.k = kk.y;
-    t.v = v.y;
+    const Tensor n1x = In(n1.y);  // one bf16 copy shared by the three projections
+    Forwarded q = b.wq->Forward(n1x), kk = b.wk->Forward(n1x), v = b.wv->Forward(n1x);
+    t.q = F32(q.y);
+    t.k = F32(kk.y);
+    t.v = F32(v.y);
     t.cq = std::move(q.ctx);
     t.ck = std::move(kk.ctx);
     t.cv = std::move(v.ctx);
     nn::AttentionOut att = nn::CausalAttentionForward(t.q, t.k, t.v, batch, heads, th);
     t.probs = att.probs;
-    Forwarded o = b.wo->Forward(att.out);
+    Forwarded o = b.wo->Forward(In(att.out));
     t.co = std::move(o.ctx);
-    t.x_mid = nn::Add(x, o.y, th);
+    t.x_mid = nn::Add(x, F32(o.y), th);
     nn::RmsNormOut n2 = nn::RmsNormForward(t.x_mid, b.norm2->value(), kNormEps, th);
     t.rstd2 = n2.rstd;
     Forwarded r = b.router->Forward(n2.y);
@@ -243,13 +254,11 @@ LossParts Model::ForwardBackward(std::span<const int32_t> ids, std::span<const i
     t.route = nn::RouterForward(r.y, k);
     out.aux += t.route.aux_loss;
     t.perm = nn::MakePermutation(t.route.experts, n, k, e);
-    const Tensor xs = nn::Permute(n2.y, t.perm, th);
-    Forwarded gu = b.w13->Forward(xs, t.perm.groups);
-    t.gu = gu.y;
+    Forwarded gu = b.w13->Forward(In(nn::Permute(n2.y, t.perm, th)), t.perm.groups);
+    t.gu = F32(gu.y);
     t.c13 = std::move(gu.ctx);
-    const Tensor h = nn::SwiGluForward(t.gu, th);
-    Forwarded ys = b.w2->Forward(h, t.perm.groups);
-    t.ys = ys.y;
+    Forwarded ys = b.w2->Forward(In(nn::SwiGluForward(t.gu, th)), t.perm.groups);
+    t.ys = F32(ys.y);
     t.c2 = std::move(ys.ctx);
     x = nn::Add(t.x_mid, nn::Unpermute(t.ys, t.perm, t.route.weights, th), th);
     for (const Tensor* s : {&t.x_in, &t.rstd1, &t.q, &t.k, &t.v, &t.probs, &t.x_mid, &t.rstd2,
@@ -264,17 +273,17 @@ LossParts Model::ForwardBackward(std::span<const int32_t> ids, std::span<const i
   tape.saved.Hold(tape.rstd_final);
   Tensor dlogits;
   {
-    Forwarded logits = lm_head_->Forward(nf.y);
+    Forwarded logits = lm_head_->Forward(In(nf.y));
     tape.head = std::move(logits.ctx);
-    out.loss = nn::CrossEntropy(logits.y, targets, &dlogits, grad_scale, th);
+    out.loss = nn::CrossEntropy(F32(logits.y), targets, &dlogits, grad_scale, th);
   }
   nf = nn::RmsNormOut();
   x = Tensor();
 
   // Backward.
-  Grads gh = lm_head_->Backward(dlogits, std::move(tape.head));
+  Grads gh = lm_head_->Backward(In(dlogits), std::move(tape.head));
   dlogits = Tensor();
-  Tensor dx = nn::RmsNormBackward(gh.dx, tape.x_final, final_norm_->value(), tape.rstd_final,
+  Tensor dx = nn::RmsNormBackward(F32(gh.dx), tape.x_final, final_norm_->value(), tape.rstd_final,
                                   final_norm_->main_grad(), th);
   gh = Grads();
   tape.saved.Release();
@@ -284,12 +293,12 @@ LossParts Model::ForwardBackward(std::span<const int32_t> ids, std::span<const i
     Tape::BlockTape& t = tape.blocks[i];
     // MoE branch.
     nn::UnpermuteGrads ug = nn::UnpermuteBackward(dx, t.ys, t.perm, t.route.weights, th);
-    Grads g2 = b.w2->Backward(ug.dys, std::move(t.c2));
+    Grads g2 = b.w2->Backward(In(ug.dys), std::move(t.c2));
     ug.dys = Tensor();
-    const Tensor dgu = nn::SwiGluBackward(g2.dx, t.gu, th);
+    const Tensor dgu = nn::SwiGluBackward(F32(g2.dx), t.gu, th);
     g2 = Grads();
-    Grads g13 = b.w13->Backward(dgu, std::move(t.c13));
-    Tensor dn2 = nn::PermuteBackward(g13.dx, t.perm, th);
+    Grads g13 = b.w13->Backward(In(dgu), std::move(t.c13));
+    Tensor dn2 = nn::PermuteBackward(F32(g13.dx), t.perm, th);
     g13 = Grads();
     const Tensor dlr = nn::RouterBackward(t.route, ug.dweights, aux_scale);
     Grads gr = b.router->Backward(dlr, std::move(t.cr));
@@ -298,16 +307,16 @@ LossParts Model::ForwardBackward(std::span<const int32_t> ids, std::span<const i
                                       b.norm2->main_grad(), th);
     nn::AddInPlace(dmid, dx, th);
     // Attention branch.
-    Grads go = b.wo->Backward(dmid, std::move(t.co));
+    Grads go = b.wo->Backward(In(dmid), std::move(t.co));
     nn::AttentionGrads ag =
-        nn::CausalAttentionBackward(go.dx, t.q, t.k, t.v, t.probs, batch, heads, th);
+        nn::CausalAttentionBackward(F32(go.dx), t.q, t.k, t.v, t.probs, batch, heads, th);
     go = Grads();
-    Grads gq = b.wq->Backward(ag.dq, std::move(t.cq));
-    Grads gk = b.wk->Backward(ag.dk, std::move(t.ck));
-    Grads gv = b.wv->Backward(ag.dv, std::move(t.cv));
-    Tensor dn1 = gq.dx;
-    nn::AddInPlace(dn1, gk.dx, th);
-    nn::AddInPlace(dn1, gv.dx, th);
+    Grads gq = b.wq->Backward(In(ag.dq), std::move(t.cq));
+    Grads gk = b.wk->Backward(In(ag.dk), std::move(t.ck));
+    Grads gv = b.wv->Backward(In(ag.dv), std::move(t.cv));
+    Tensor dn1 = CastTo(gq.dx, DType::kF32, MemoryCategory::kGradient, th);
+    nn::AddInPlace(dn1, F32(gk.dx), th);
+    nn::AddInPlace(dn1, F32(gv.dx), th);
     dx = nn::RmsNormBackward(dn1, t.x_in, b.norm1->value(), t.rstd1, b.norm1->main_grad(), th);
     nn::AddInPlace(dx, dmid, th);
     t = Tape::BlockTape();  // releases the block's holds
@@ -322,6 +331,10 @@ double Model::Evaluate(std::span<const int32_t> ids, std::span<const int32_t> ta
   const int th = threads_;
   const int k = static_cast<int>(config_.top_k), e = static_cast<int>(config_.n_experts);
   const int64_t n = batch * config_.context;
+  const auto In = [this](const Tensor& t) { return ToMatmulInput(t); };
+  const auto F32 = [th](const Tensor& t) {
+    return CastTo(t, DType::kF32, MemoryCategory::kActivation, th);
+  };
   SetRequiresGrad(false);
   struct Restore {
     Model* m;
@@ -331,19 +344,20 @@ double Model::Evaluate(std::span<const int32_t> ids, std::span<const int32_t> ta
   for (const auto& bp : blocks_) {
     Block& b = *bp;
     const Tensor n1 = nn::RmsNormForward(x, b.norm1->value(), kNormEps, th).y;
-    const Tensor q = b.wq->Forward(n1, false).y, kk = b.wk->Forward(n1, false).y,
-                 v = b.wv->Forward(n1, false).y;
+    const Tensor n1x = In(n1);
+    const Tensor q = F32(b.wq->Forward(n1x, false).y), kk = F32(b.wk->Forward(n1x, false).y),
+                 v = F32(b.wv->Forward(n1x, false).y);
     const Tensor att = nn::CausalAttentionForward(q, kk, v, batch, config_.n_heads, th).out;
-    const Tensor mid = nn::Add(x, b.wo->Forward(att, false).y, th);
+    const Tensor mid = nn::Add(x, F32(b.wo->Forward(In(att), false).y), th);
     const Tensor n2 = nn::RmsNormForward(mid, b.norm2->value(), kNormEps, th).y;
     const nn::RouterOut route = nn::RouterForward(b.router->Forward(n2, false).y, k);
     const nn::Permutation perm = nn::MakePermutation(route.experts, n, k, e);
-    const Tensor gu = b.w13->Forward(nn::Permute(n2, perm, th), perm.groups, false).y;
-    const Tensor ys = b.w2->Forward(nn::SwiGluForward(gu, th), perm.groups, false).y;
+    const Tensor gu = F32(b.w13->Forward(In(nn::Permute(n2, perm, th)), perm.groups, false).y);
+    const Tensor ys = F32(b.w2->Forward(In(nn::SwiGluForward(gu, th)), perm.groups, false).y);
     x = nn::Add(mid, nn::Unpermute(ys, perm, route.weights, th), th);
   }
   const Tensor nf = nn::RmsNormForward(x, final_norm_->value(), kNormEps, th).y;
-  return nn::CrossEntropy(lm_head_->Forward(nf, false).y, targets, nullptr, 1.0f, th);
+  return nn::CrossEntropy(F32(lm_head_->Forward(In(nf), false).y), targets, nullptr, 1.0f, th);
 }
 
 }  // namespace mxtrain

@@ -33,6 +33,7 @@ void Validate(const TrainConfig& c) {
                 "train: learning rates must be finite and positive, got ", c.lr.peak_lr, " and ",
                 c.lr.min_lr);
   MXTRAIN_CHECK(c.lr.warmup_steps >= 0, "train: warmup_steps must be >= 0");
+  MXTRAIN_CHECK(c.stop_after >= 0, "train: stop_after must be >= 0, got ", c.stop_after);
   MXTRAIN_CHECK(c.threads >= 0, "train: threads must be >= 0, got ", c.threads);
   MXTRAIN_CHECK(c.checkpoint_every == 0 || !c.checkpoint_path.empty(),
                 "train: checkpoint_every needs a checkpoint path");
@@ -132,7 +133,9 @@ TrainResult Train(const TrainConfig& config, const Corpus& corpus) {
   const float grad_scale = 1.0f / static_cast<float>(config.micro_batches);
   double step_ms_total = 0;
   std::vector<double> step_times;
-  for (int64_t step = opt.step() + 1; step <= config.steps; ++step) {
+  const int64_t last =
+      config.stop_after > 0 ? std::min(config.stop_after, config.steps) : config.steps;
+  for (int64_t step = opt.step() + 1; step <= last; ++step) {
     const WeightCacheStats before = model.cache().stats();
     ResetMemoryPeaks();
     const Clock::time_point t0 = Clock::now();
@@ -164,7 +167,7 @@ TrainResult Train(const TrainConfig& config, const Corpus& corpus) {
     m.cache_hits = after.hits - before.hits;
     m.cache_misses = after.misses - before.misses;
     m.val_loss = std::numeric_limits<double>::quiet_NaN();
-    if ((config.eval_every > 0 && step % config.eval_every == 0) || step == config.steps) {
+    if ((config.eval_every > 0 && step % config.eval_every == 0) || step == last) {
       m.val_loss = EvalLoss(model, corpus.val, config);
     }
     step_ms_total += m.step_ms;
@@ -172,7 +175,7 @@ TrainResult Train(const TrainConfig& config, const Corpus& corpus) {
     result.steps.push_back(m);
     if (!config.checkpoint_path.empty() &&
         ((config.checkpoint_every > 0 && step % config.checkpoint_every == 0) ||
-         step == config.steps)) {
+         step == last)) {
       internal::WriteCheckpoint(config.checkpoint_path, model, opt,
                                 RunMetadata(config, result.steps));
     }
