@@ -193,7 +193,10 @@ class Progress {
     }
     std::fflush(stderr);
   }
-  void Skip(int64_t steps) { total_ -= steps; }
+  // Ends a bar's line (before an error message).
+  void EndLine() {
+    if (tty_ && done_ > 0 && done_ < total_) std::fputs("\n", stderr);
+  }
 
  private:
   int64_t total_, done_ = 0, run_steps_ = 0;
@@ -237,13 +240,14 @@ int Train(const ParsedArgs& args) {
   // Every check before anything is written: the checkpoints to resume from, the output.
   const std::string resume = args.Get("resume");
   std::vector<TrainConfig> configs;
+  int64_t resumed_steps = 0;
   for (const RunSpec& s : specs) {
     TrainConfig c = base;
     c.name = s.name;
     c.recipe = s.recipe;
     if (!resume.empty()) {
       c.resume_path = CheckpointPath(resume, s.name);
-      CheckCheckpoint(c.resume_path, c);
+      resumed_steps += CheckCheckpoint(c.resume_path, c);
     }
     configs.push_back(std::move(c));
   }
@@ -272,7 +276,7 @@ int Train(const ParsedArgs& args) {
   // micro-batch, so the default 1 GiB fills with sizes asked for once (1.1 GB resident for
   // a 50 MiB working set); 256 MiB keeps every recurring size.
   SetMemoryCacheLimit(int64_t{256} << 20);
-  Progress progress(run_steps * static_cast<int64_t>(configs.size()));
+  Progress progress(run_steps * static_cast<int64_t>(configs.size()) - resumed_steps);
   std::vector<TrainResult> results;
   for (TrainConfig& c : configs) {
     RunSubdirectory(out, c.name);
@@ -283,10 +287,10 @@ int Train(const ParsedArgs& args) {
     try {
       r = mxtrain::Train(c, corpus);
     } catch (const NonFiniteLossError& e) {
+      progress.EndLine();
       PrintError(StrCat(c.name, ": ", e.what()));
       return 3;
     }
-    progress.Skip(r.resumed_from);
     WriteRunMetrics(out, r);
     results.push_back(std::move(r));
   }

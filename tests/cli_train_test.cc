@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "mxtrain/mx_tensor.h"  // cli_test_util.h uses it
 #include "cli_test_util.h"
 #include "mxtrain/json.h"
 #include "mxtrain/safetensors.h"

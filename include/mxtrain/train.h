@@ -100,10 +100,12 @@ class NonFiniteLossError : public Error {
 // is written), NonFiniteLossError as above.
 TrainResult Train(const TrainConfig& config, const Corpus& corpus);
 
-// Checks that the checkpoint at path can resume `config` (readable, the same model):
-// throws Error naming the problem. Train does this itself; callers running several runs
-// check every checkpoint before starting any.
-void CheckCheckpoint(const std::string& path, const TrainConfig& config);
+// Checks that the checkpoint at path can resume `config` (a valid file, the same model,
+// every tensor with its parameter's shape, a step within config.steps) and returns its
+// step; throws Error naming the problem. Train checks as it loads; callers running
+// several runs check every checkpoint before starting any, so that nothing is written
+// when one is bad.
+int64_t CheckCheckpoint(const std::string& path, const TrainConfig& config);
 
 // The per-step metrics as CSV (a header line, one line per step; doubles with 17
 // significant digits so that they read back exactly) and back.

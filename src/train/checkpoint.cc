@@ -25,13 +25,6 @@ void WriteCheckpoint(const std::string& path, const Model& model, const AdamW& o
   WriteSafetensors(path, tensors, meta);
 }
 
-std::map<std::string, std::string> ReadCheckpointMetadata(const std::string& path) {
-  std::error_code ec;
-  MXTRAIN_CHECK(std::filesystem::is_regular_file(path, ec), "checkpoint '", path,
-                "' does not exist");
-  return ReadSafetensors(path).metadata;
-}
-
 CheckpointState ReadCheckpoint(const std::string& path, const Model& model) {
   std::error_code ec;
   MXTRAIN_CHECK(std::filesystem::is_regular_file(path, ec), "checkpoint '", path,

@@ -27,7 +27,5 @@ void WriteCheckpoint(const std::string& path, const Model& model, const AdamW& o
 // Reads and checks against the model: the same configuration (named in the error when
 // not), every tensor present with the parameter's shape. Throws Error.
 CheckpointState ReadCheckpoint(const std::string& path, const Model& model);
-// Only the metadata's model configuration check, without building a model.
-std::map<std::string, std::string> ReadCheckpointMetadata(const std::string& path);
 
 }  // namespace mxtrain::internal

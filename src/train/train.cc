@@ -79,24 +79,13 @@ NonFiniteLossError::NonFiniteLossError(int64_t step, double loss)
                    "; stopped without updating (the last checkpoint is intact)")),
       step_(step) {}
 
-void CheckCheckpoint(const std::string& path, const TrainConfig& config) {
-  const std::map<std::string, std::string> m = internal::ReadCheckpointMetadata(path);
-  auto fmt = m.find("format");
-  MXTRAIN_CHECK(fmt != m.end() && fmt->second == "mxtrain-checkpoint-1", "checkpoint '", path,
-                "' is not an mxtrain training checkpoint");
-  const ModelConfig saved = ModelConfig::FromMetadata(m);
-  MXTRAIN_CHECK(saved == config.model, "checkpoint '", path, "' holds a model with ",
-                saved.ToString(), ", this run's model has ", config.model.ToString());
-  auto step = m.find("train.step");
-  MXTRAIN_CHECK(step != m.end(), "checkpoint '", path, "' lacks its step");
-  int64_t s = 0;
-  try {
-    s = std::stoll(step->second);
-  } catch (const std::logic_error&) {
-    Fail("checkpoint '", path, "' has a bad step '", step->second, "'");
-  }
-  MXTRAIN_CHECK(s >= 0 && s <= config.steps, "checkpoint '", path, "' is at step ", s,
-                ", past the run's ", config.steps, " steps");
+int64_t CheckCheckpoint(const std::string& path, const TrainConfig& config) {
+  // Every tensor, against a model of this configuration (about a million parameters: cheap).
+  Model model(config.model, config.recipe, config.seed, config.threads);
+  const internal::CheckpointState s = internal::ReadCheckpoint(path, model);
+  MXTRAIN_CHECK(s.step >= 0 && s.step <= config.steps, "checkpoint '", path, "' is at step ",
+                s.step, ", past the run's ", config.steps, " steps");
+  return s.step;
 }
 
 TrainResult Train(const TrainConfig& config, const Corpus& corpus) {
@@ -116,8 +105,9 @@ TrainResult Train(const TrainConfig& config, const Corpus& corpus) {
   result.recipe = config.recipe;
   result.parameters = model.NumParameters();
   if (!config.resume_path.empty()) {
-    CheckCheckpoint(config.resume_path, config);
     const internal::CheckpointState s = internal::ReadCheckpoint(config.resume_path, model);
+    MXTRAIN_CHECK(s.step >= 0 && s.step <= config.steps, "checkpoint '", config.resume_path,
+                  "' is at step ", s.step, ", past the run's ", config.steps, " steps");
     RestoreInto(model, opt, s);
     result.resumed_from = s.step;
     auto csv = s.metadata.find("metrics.csv");
