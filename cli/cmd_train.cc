@@ -46,7 +46,7 @@ constexpr char kUsage[] =
   --precision P      one run in precision P instead; for mxfp8 the recipe, scale rule,
                      policies (default quantized) and --reuse-weights apply, and are
                      errors with fp32 or bf16
-  --steps N          optimizer steps per run (default 200)
+  --steps N          optimizer steps per run (default 150)
   --data FILE        train on FILE's bytes (last tenth for validation) instead of the
                      built-in corpus
   --out DIR          the run directory (default: a new folder under runs/); holds
@@ -219,7 +219,7 @@ int Train(const ParsedArgs& args) {
   m.d_ff = ParseInt(args.Get("d-ff", "256"), "--d-ff", 1, 65536);
   m.context = ParseInt(args.Get("context", "64"), "--context", 1, 4096);
   m.Validate();
-  base.steps = ParseInt(args.Get("steps", "200"), "--steps", 1, 10000000);
+  base.steps = ParseInt(args.Get("steps", "150"), "--steps", 1, 10000000);
   base.batch_size = ParseInt(args.Get("batch", "16"), "--batch", 1, 65536);
   base.micro_batches = ParseInt(args.Get("micro-batches", "2"), "--micro-batches", 1, 1024);
   base.seed = static_cast<uint64_t>(
