@@ -118,7 +118,7 @@ std::string ComparisonTable(const std::vector<TrainResult>& runs) {
   }
   char line[256];
   std::string out;
-  std::snprintf(line, sizeof line, "%-16s %10s %10s %9s %10s %9s %10s %10s\n", "run",
+  std::snprintf(line, sizeof line, "%-20s %10s %10s %9s %10s %9s %10s %10s\n", "run",
                 "train_loss", "val_loss", "gap_bf16", "tokens/s", "step_ms", "peak_MiB",
                 "saved_MiB");
   out += line;
@@ -130,7 +130,7 @@ std::string ComparisonTable(const std::vector<TrainResult>& runs) {
                     100.0 * (r.final_val_loss - base->final_val_loss) / base->final_val_loss);
       gap = g;
     }
-    std::snprintf(line, sizeof line, "%-16s %10.4f %10.4f %9s %10.0f %9.1f %10s %10s\n",
+    std::snprintf(line, sizeof line, "%-20s %10.4f %10.4f %9s %10.0f %9.1f %10s %10s\n",
                   r.name.c_str(), r.final_train_loss, r.final_val_loss, gap.c_str(),
                   r.tokens_per_s, r.step_ms, Mib(r.peak_bytes).c_str(),
                   Mib(r.saved_bytes).c_str());
