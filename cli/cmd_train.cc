@@ -5,13 +5,13 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <cstdlib>
-#include <limits>
-#include <optional>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <iostream>
+#include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -125,7 +125,8 @@ std::vector<RunSpec> RunSpecs(const ParsedArgs& args) {
     if (name == "bf16" || name == "fp32") {
       o.precision = ParsePrecision(name);
     } else if (name == "mxfp8-quantized" || name == "mxfp8-deferred") {
-      const SavePolicy p = name == "mxfp8-quantized" ? SavePolicy::kQuantized : SavePolicy::kDeferred;
+      const SavePolicy p =
+          name == "mxfp8-quantized" ? SavePolicy::kQuantized : SavePolicy::kDeferred;
       o.precision = Precision::kMxfp8;
       o.formats = formats;
       o.scale = scale;
@@ -173,23 +174,21 @@ class Progress {
     ++done_;
     const double elapsed =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-    const double eta = done_ > 0 ? elapsed / static_cast<double>(done_) *
-                                       static_cast<double>(total_ - done_)
-                                 : 0;
+    const double eta =
+        done_ > 0 ? elapsed / static_cast<double>(done_) * static_cast<double>(total_ - done_) : 0;
     if (tty_) {
       constexpr int kWidth = 30;
       const int filled = static_cast<int>(kWidth * done_ / std::max<int64_t>(total_, 1));
       std::fprintf(stderr, "\r%-16s [%s%s] step %lld/%lld  loss %.4f  ETA %s   ", run_.c_str(),
                    std::string(filled, '#').c_str(), std::string(kWidth - filled, '.').c_str(),
-                   static_cast<long long>(m.step), static_cast<long long>(run_steps_),
-                   m.train_loss, Duration(eta).c_str());
+                   static_cast<long long>(m.step), static_cast<long long>(run_steps_), m.train_loss,
+                   Duration(eta).c_str());
       if (done_ == total_) std::fputs("\n", stderr);
     } else if (m.step % std::max<int64_t>(1, run_steps_ / 10) == 0 || m.step == run_steps_) {
       std::fprintf(stderr, "mxtrain train: %s step %lld/%lld loss %.4f%s (%.0f ms/step, ETA %s)\n",
-                   run_.c_str(), static_cast<long long>(m.step),
-                   static_cast<long long>(run_steps_), m.train_loss,
-                   std::isnan(m.val_loss) ? "" : StrCat(" val ", m.val_loss).c_str(), m.step_ms,
-                   Duration(eta).c_str());
+                   run_.c_str(), static_cast<long long>(m.step), static_cast<long long>(run_steps_),
+                   m.train_loss, std::isnan(m.val_loss) ? "" : StrCat(" val ", m.val_loss).c_str(),
+                   m.step_ms, Duration(eta).c_str());
     }
     std::fflush(stderr);
   }
@@ -233,9 +232,9 @@ int Train(const ParsedArgs& args) {
   base.lr.min_lr = base.lr.peak_lr / 10;
   base.lr.warmup_steps = ParseInt(args.Get("warmup", "20"), "--warmup", 0, 10000000);
 
-  const Corpus corpus =
-      args.Has("data") ? LoadCorpusFile(args.Get("data"), m.context)
-                       : SplitCorpus(BuiltinCorpus(), m.context, "the built-in corpus");
+  const Corpus corpus = args.Has("data")
+                            ? LoadCorpusFile(args.Get("data"), m.context)
+                            : SplitCorpus(BuiltinCorpus(), m.context, "the built-in corpus");
 
   // Every check before anything is written: the checkpoints to resume from, the output.
   const std::string resume = args.Get("resume");
@@ -262,16 +261,18 @@ int Train(const ParsedArgs& args) {
     out = MakeRunDirectory("runs");
   }
 
-  std::printf("mxtrain train: %lld-layer MoE transformer (%s), %s: %zu train / %zu val bytes, "
-              "unigram entropy %.3f nats\n",
-              static_cast<long long>(m.n_layers), m.ToString().c_str(), corpus.source.c_str(),
-              corpus.train.size(), corpus.val.size(), UnigramEntropy(corpus.val));
+  std::printf(
+      "mxtrain train: %lld-layer MoE transformer (%s), %s: %zu train / %zu val bytes, "
+      "unigram entropy %.3f nats\n",
+      static_cast<long long>(m.n_layers), m.ToString().c_str(), corpus.source.c_str(),
+      corpus.train.size(), corpus.val.size(), UnigramEntropy(corpus.val));
   std::printf("%lld steps x %lld micro-batches x %lld sequences, seed %llu\n",
               static_cast<long long>(base.steps), static_cast<long long>(base.micro_batches),
               static_cast<long long>(base.batch_size), static_cast<unsigned long long>(base.seed));
   std::fflush(stdout);
 
-  const int64_t run_steps = base.stop_after > 0 ? std::min(base.stop_after, base.steps) : base.steps;
+  const int64_t run_steps =
+      base.stop_after > 0 ? std::min(base.stop_after, base.steps) : base.steps;
   // Freed buffers kept for reuse (memory.h): a step's expert groups change size every
   // micro-batch, so the default 1 GiB fills with sizes asked for once (1.1 GB resident for
   // a 50 MiB working set); 64 MiB keeps the recurring sizes.
@@ -298,9 +299,10 @@ int Train(const ParsedArgs& args) {
   std::fputs(ComparisonTable(results).c_str(), stdout);
   double seconds = 0;
   for (const TrainResult& r : results) seconds += r.seconds;
-  std::printf("%.1f s in all; wrote %s (summary.json, plot.svg, per run metrics.csv and "
-              "checkpoint.safetensors)\n",
-              seconds, out.c_str());
+  std::printf(
+      "%.1f s in all; wrote %s (summary.json, plot.svg, per run metrics.csv and "
+      "checkpoint.safetensors)\n",
+      seconds, out.c_str());
   return 0;
 }
 
@@ -321,13 +323,34 @@ int RunTrain(const std::vector<std::string>& argv) {
     execv("/proc/self/exe", cargs.data());  // returns only on failure: carry on as we are
   }
   return RunReportingErrors([&] {
-    const ParsedArgs args = ParsedArgs::Parse(
-        argv, "mxtrain train",
-        {{"runs"}, {"precision"}, {"recipe"}, {"scale"}, {"input-policy"}, {"weight-policy"},
-         {"reuse-weights", false}, {"steps"}, {"data"}, {"out"}, {"seed"}, {"threads"},
-         {"checkpoint-every"}, {"resume"}, {"d-model"}, {"layers"}, {"heads"}, {"experts"},
-         {"top-k"}, {"d-ff"}, {"context"}, {"batch"}, {"micro-batches"}, {"lr"}, {"warmup"},
-         {"eval-every"}, {"stop-after"}});
+    const ParsedArgs args = ParsedArgs::Parse(argv, "mxtrain train",
+                                              {{"runs"},
+                                               {"precision"},
+                                               {"recipe"},
+                                               {"scale"},
+                                               {"input-policy"},
+                                               {"weight-policy"},
+                                               {"reuse-weights", false},
+                                               {"steps"},
+                                               {"data"},
+                                               {"out"},
+                                               {"seed"},
+                                               {"threads"},
+                                               {"checkpoint-every"},
+                                               {"resume"},
+                                               {"d-model"},
+                                               {"layers"},
+                                               {"heads"},
+                                               {"experts"},
+                                               {"top-k"},
+                                               {"d-ff"},
+                                               {"context"},
+                                               {"batch"},
+                                               {"micro-batches"},
+                                               {"lr"},
+                                               {"warmup"},
+                                               {"eval-every"},
+                                               {"stop-after"}});
     if (args.help()) {
       std::cout << kUsage << "\n";
       return 0;

@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "mxtrain/mx_tensor.h"  // cli_test_util.h uses it
 #include "cli_test_util.h"
 #include "mxtrain/json.h"
+#include "mxtrain/mx_tensor.h"  // cli_test_util.h uses it
 #include "mxtrain/safetensors.h"
 #include "test_util.h"
 
@@ -29,9 +29,10 @@ class CliTrainTest : public testing_util::CliFixture {
  protected:
   // A model small enough for a few steps under the sanitizers in about a second.
   static std::vector<std::string> Tiny(std::vector<std::string> args) {
-    for (const char* a : {"--d-model", "32", "--layers", "1", "--heads", "2", "--experts", "4",
-                          "--top-k", "2", "--d-ff", "32", "--context", "16", "--batch", "4",
-                          "--eval-every", "2", "--threads", "2"}) {
+    for (const char* a :
+         {"--d-model",    "32", "--layers",  "1",  "--heads",   "2",  "--experts", "4",
+          "--top-k",      "2",  "--d-ff",    "32", "--context", "16", "--batch",   "4",
+          "--eval-every", "2",  "--threads", "2"}) {
       args.push_back(a);
     }
     return args;
@@ -141,8 +142,8 @@ TEST_F(CliTrainTest, ResumeContinuesBitForBit) {
 }
 
 TEST_F(CliTrainTest, DivergingRunExitsThreeKeepingTheLastGoodCheckpoint) {
-  const RunResult r = RunTrain({"--runs", "fp32", "--steps", "10", "--lr", "1e30", "--warmup",
-                                "0", "--checkpoint-every", "1", "--out", Out("nan")});
+  const RunResult r = RunTrain({"--runs", "fp32", "--steps", "10", "--lr", "1e30", "--warmup", "0",
+                                "--checkpoint-every", "1", "--out", Out("nan")});
   EXPECT_EQ(r.code, 3) << r.err;
   const std::string tail = r.err.substr(r.err.rfind("mxtrain: error: "));
   EXPECT_EQ(std::count(tail.begin(), tail.end(), '\n'), 1) << r.err;
@@ -185,9 +186,9 @@ TEST_F(CliTrainTest, MismatchedCheckpointExitsTwoLeavingItAsItWas) {
   const std::string before = ReadBytes(ckpt);
   const std::string metrics = ReadBytes(Out("a/bf16/metrics.csv"));
   // --d-ff 64 after Tiny's 32: parsed flags may not repeat, so build the line by hand.
-  ExpectBadInput({"train", "--runs", "bf16", "--steps", "4", "--resume", Out("a"), "--d-model",
-                  "32", "--layers", "1", "--heads", "2", "--experts", "4", "--d-ff", "64",
-                  "--context", "16", "--batch", "4"},
+  ExpectBadInput({"train", "--runs",    "bf16", "--steps", "4", "--resume",  Out("a"), "--d-model",
+                  "32",    "--layers",  "1",    "--heads", "2", "--experts", "4",      "--d-ff",
+                  "64",    "--context", "16",   "--batch", "4"},
                  "d_ff=32", {"a"});
   EXPECT_EQ(ReadBytes(ckpt), before);
   EXPECT_EQ(ReadBytes(Out("a/bf16/metrics.csv")), metrics);

@@ -5,8 +5,8 @@
 
 #include <gtest/gtest.h>
 
-#include <cmath>
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <functional>
 #include <random>
@@ -98,7 +98,8 @@ TEST(NnRmsNorm, GradientsMatchFiniteDifferences) {
 
 TEST(NnAttention, GradientsMatchFiniteDifferences) {
   const int64_t b = 2, t = 5, h = 2, d = 4;
-  Tensor q = Random({b * t, h * d}, 6), k = Random({b * t, h * d}, 7), v = Random({b * t, h * d}, 8);
+  Tensor q = Random({b * t, h * d}, 6), k = Random({b * t, h * d}, 7),
+         v = Random({b * t, h * d}, 8);
   const Tensor r = Random({b * t, h * d}, 9);
   auto loss = [&] { return Dot(nn::CausalAttentionForward(q, k, v, b, h).out, r); };
   const nn::AttentionOut o = nn::CausalAttentionForward(q, k, v, b, h);
@@ -230,7 +231,8 @@ TEST(NnCrossEntropy, LossAndGradientMatchReferences) {
   double want = 0;
   for (int i = 0; i < 4; ++i) {
     double sum = 0;
-    for (int j = 0; j < 7; ++j) sum += std::exp(static_cast<double>(logits.data<float>()[i * 7 + j]));
+    for (int j = 0; j < 7; ++j)
+      sum += std::exp(static_cast<double>(logits.data<float>()[i * 7 + j]));
     want += std::log(sum) - logits.data<float>()[i * 7 + targets[i]];
   }
   Tensor dlogits;

@@ -222,8 +222,8 @@ class TrainCheckpoint : public ::testing::Test {
 };
 
 TEST_F(TrainCheckpoint, ResumeRepeatsTheUninterruptedRunBitForBit) {
-  for (const Recipe& recipe : {Hp(Precision::kBf16),
-                               Mx(SavePolicy::kDeferred, SavePolicy::kDeferred, true)}) {
+  for (const Recipe& recipe :
+       {Hp(Precision::kBf16), Mx(SavePolicy::kDeferred, SavePolicy::kDeferred, true)}) {
     SCOPED_TRACE(recipe.ToString());
     TrainConfig full = TinyRun(recipe, 12);
     full.eval_every = 4;

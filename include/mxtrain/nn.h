@@ -28,8 +28,7 @@ struct RmsNormOut {
   Tensor y;     // [T, D]
   Tensor rstd;  // [T]: 1 / sqrt(mean(x^2) + eps), kept for the backward
 };
-RmsNormOut RmsNormForward(const Tensor& x, const Tensor& gain, float eps = 1e-5f,
-                          int threads = 0);
+RmsNormOut RmsNormForward(const Tensor& x, const Tensor& gain, float eps = 1e-5f, int threads = 0);
 // dx [T, D]; dgain [D] += the gain's gradient.
 Tensor RmsNormBackward(const Tensor& dy, const Tensor& x, const Tensor& gain, const Tensor& rstd,
                        Tensor& dgain, int threads = 0);

@@ -27,13 +27,13 @@
 namespace mxtrain {
 
 struct StepMetrics {
-  int64_t step = 0;         // 1-based optimizer step
-  double train_loss = 0;    // mean cross-entropy over the step's micro-batches (nats)
-  double aux_loss = 0;      // mean of the routers' balance losses (summed over layers)
-  double val_loss = 0;      // NaN unless evaluated after this step
+  int64_t step = 0;       // 1-based optimizer step
+  double train_loss = 0;  // mean cross-entropy over the step's micro-batches (nats)
+  double aux_loss = 0;    // mean of the routers' balance losses (summed over layers)
+  double val_loss = 0;    // NaN unless evaluated after this step
   double lr = 0;
-  double grad_norm = 0;     // before clipping
-  double step_ms = 0;       // forward, backward and optimizer step (no evaluation)
+  double grad_norm = 0;  // before clipping
+  double step_ms = 0;    // forward, backward and optimizer step (no evaluation)
   double tokens_per_s = 0;
   int64_t peak_bytes = 0;         // peak of all live tensors during the step
   int64_t saved_bytes = 0;        // peak held for backward during the step
@@ -51,11 +51,11 @@ struct TrainConfig {
   int64_t batch_size = 16;    // sequences per micro-batch
   LrSchedule lr;              // total_steps is set from `steps`
   AdamWOptions adam;
-  double clip_norm = 1.0;     // global gradient-norm clip (0: none)
+  double clip_norm = 1.0;  // global gradient-norm clip (0: none)
   uint64_t seed = 1;
-  int threads = 0;            // 0: all cores
-  int64_t eval_every = 50;    // validation loss every this many steps, and after the last
-  int64_t eval_batches = 4;   // of batch_size sequences each
+  int threads = 0;           // 0: all cores
+  int64_t eval_every = 50;   // validation loss every this many steps, and after the last
+  int64_t eval_batches = 4;  // of batch_size sequences each
   // Checkpoints: written atomically to checkpoint_path every checkpoint_every steps (0:
   // never) and after the last step, when the path is set.
   std::string checkpoint_path;
@@ -81,8 +81,8 @@ struct TrainResult {
   int64_t saved_bytes = 0;
   int64_t cache_hits = 0, cache_misses = 0;
   int64_t parameters = 0;
-  int64_t resumed_from = 0;        // the checkpoint's step, 0 for a fresh run
-  double seconds = 0;              // wall time of the whole run
+  int64_t resumed_from = 0;  // the checkpoint's step, 0 for a fresh run
+  double seconds = 0;        // wall time of the whole run
 };
 
 // A loss that is NaN or Inf: the run stops before updating anything (the last

@@ -26,8 +26,8 @@ Dims CheckAttention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t b
   CheckF32Matrix(k, "attention k");
   CheckF32Matrix(v, "attention v");
   MXTRAIN_CHECK(q.shape() == k.shape() && q.shape() == v.shape(), "attention: q ",
-                q.shape().ToString(), ", k ", k.shape().ToString(), " and v ",
-                v.shape().ToString(), " must have one shape");
+                q.shape().ToString(), ", k ", k.shape().ToString(), " and v ", v.shape().ToString(),
+                " must have one shape");
   MXTRAIN_CHECK(batch > 0 && heads > 0 && q.shape()[0] % batch == 0 && q.shape()[1] % heads == 0,
                 "attention: ", q.shape().ToString(), " does not split into ", batch,
                 " sequences and ", heads, " heads");
@@ -100,8 +100,8 @@ AttentionGrads CausalAttentionBackward(const Tensor& dout, const Tensor& q, cons
                                        int64_t heads, int threads) {
   const Dims n = CheckAttention(q, k, v, batch, heads);
   CheckF32Matrix(dout, "attention output gradient");
-  MXTRAIN_CHECK(dout.shape() == q.shape(), "attention backward: gradient ",
-                dout.shape().ToString(), " for q ", q.shape().ToString());
+  MXTRAIN_CHECK(dout.shape() == q.shape(), "attention backward: gradient ", dout.shape().ToString(),
+                " for q ", q.shape().ToString());
   MXTRAIN_CHECK(probs.NumElements() == n.b * n.h * n.t * n.t,
                 "attention backward: probabilities of the wrong size");
   AttentionGrads g{Tensor::Empty(DType::kF32, q.shape(), MemoryCategory::kGradient),
@@ -125,7 +125,9 @@ AttentionGrads CausalAttentionBackward(const Tensor& dout, const Tensor& q, cons
       const int64_t b = bh / n.h, h = bh % n.h;
       const int64_t row0 = b * n.t, col0 = h * n.d;
       const float* p = pp + bh * n.t * n.t;
-      auto at = [&](const float* base, int64_t row) { return base + (row0 + row) * n.width + col0; };
+      auto at = [&](const float* base, int64_t row) {
+        return base + (row0 + row) * n.width + col0;
+      };
       for (int64_t j = 0; j < n.t; ++j) {
         const float* vj = at(vp, j);
         for (int64_t c = 0; c < n.d; ++c) vt[c * n.t + j] = vj[c];

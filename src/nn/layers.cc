@@ -72,8 +72,8 @@ Tensor RmsNormBackward(const Tensor& dy, const Tensor& x, const Tensor& gain, co
   CheckF32Matrix(dy, "rmsnorm output gradient");
   CheckF32Matrix(x, "rmsnorm input");
   const int64_t t = x.shape()[0], d = x.shape()[1];
-  MXTRAIN_CHECK(dy.shape() == x.shape() && rstd.NumElements() == t &&
-                    dgain.NumElements() == d && gain.NumElements() == d,
+  MXTRAIN_CHECK(dy.shape() == x.shape() && rstd.NumElements() == t && dgain.NumElements() == d &&
+                    gain.NumElements() == d,
                 "rmsnorm backward: mismatched shapes");
   Tensor dx = Tensor::Empty(DType::kF32, {t, d}, MemoryCategory::kGradient);
   const float* xp = x.data<float>();

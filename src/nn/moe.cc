@@ -74,8 +74,8 @@ Tensor RouterBackward(const RouterOut& r, const Tensor& dweights, double aux_sca
   const int64_t t = r.probs.shape()[0], e = r.probs.shape()[1];
   const int k = r.k;
   MXTRAIN_CHECK(dweights.dtype() == DType::kF32 && dweights.NumElements() == t * k,
-                "router backward: weight gradient of ", dweights.NumElements(),
-                " elements for ", t, " tokens x top-", k);
+                "router backward: weight gradient of ", dweights.NumElements(), " elements for ", t,
+                " tokens x top-", k);
   Tensor dl = Tensor::Zeros(DType::kF32, {t, e}, MemoryCategory::kGradient);
   const float* dw = dweights.data<float>();
   const float* w = r.weights.data<float>();
@@ -107,15 +107,16 @@ Tensor RouterBackward(const RouterOut& r, const Tensor& dweights, double aux_sca
 
 Permutation MakePermutation(std::span<const int32_t> experts, int64_t num_tokens, int k,
                             int num_experts) {
-  MXTRAIN_CHECK(static_cast<int64_t>(experts.size()) == num_tokens * k, "permutation: ",
-                experts.size(), " assignments for ", num_tokens, " tokens x top-", k);
+  MXTRAIN_CHECK(static_cast<int64_t>(experts.size()) == num_tokens * k,
+                "permutation: ", experts.size(), " assignments for ", num_tokens, " tokens x top-",
+                k);
   Permutation p;
   p.num_tokens = num_tokens;
   p.k = k;
   p.counts.assign(static_cast<size_t>(num_experts), 0);
   for (size_t a = 0; a < experts.size(); ++a) {
-    MXTRAIN_CHECK(experts[a] >= 0 && experts[a] < num_experts, "permutation: expert ",
-                  experts[a], " outside [0, ", num_experts, ")");
+    MXTRAIN_CHECK(experts[a] >= 0 && experts[a] < num_experts, "permutation: expert ", experts[a],
+                  " outside [0, ", num_experts, ")");
     ++p.counts[experts[a]];
   }
   std::vector<int64_t> next(static_cast<size_t>(num_experts), 0);
@@ -133,8 +134,8 @@ Permutation MakePermutation(std::span<const int32_t> experts, int64_t num_tokens
 
 Tensor Permute(const Tensor& x, const Permutation& p, int threads) {
   CheckF32Matrix(x, "permute input");
-  MXTRAIN_CHECK(x.shape()[0] == p.num_tokens, "permute: ", x.shape()[0], " rows for ",
-                p.num_tokens, " tokens");
+  MXTRAIN_CHECK(x.shape()[0] == p.num_tokens, "permute: ", x.shape()[0], " rows for ", p.num_tokens,
+                " tokens");
   const int64_t d = x.shape()[1], rows = static_cast<int64_t>(p.token.size());
   Tensor xs = Tensor::Empty(DType::kF32, {rows, d});
   const float* in = x.data<float>();

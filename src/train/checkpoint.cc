@@ -4,7 +4,6 @@
 #include <filesystem>
 
 #include "mxtrain/error.h"
-
 #include "mxtrain/safetensors.h"
 
 namespace mxtrain::internal {
@@ -31,8 +30,8 @@ CheckpointState ReadCheckpoint(const std::string& path, const Model& model) {
                 "' does not exist");
   SafetensorsFile f = ReadSafetensors(path);
   auto fmt = f.metadata.find("format");
-  MXTRAIN_CHECK(fmt != f.metadata.end() && fmt->second == "mxtrain-checkpoint-1",
-                "checkpoint '", path, "' is not an mxtrain training checkpoint");
+  MXTRAIN_CHECK(fmt != f.metadata.end() && fmt->second == "mxtrain-checkpoint-1", "checkpoint '",
+                path, "' is not an mxtrain training checkpoint");
   const ModelConfig saved = ModelConfig::FromMetadata(f.metadata);
   MXTRAIN_CHECK(saved == model.config(), "checkpoint '", path, "' holds a model with ",
                 saved.ToString(), ", this run's model has ", model.config().ToString());
@@ -42,9 +41,9 @@ CheckpointState ReadCheckpoint(const std::string& path, const Model& model) {
   auto take = [&](const std::string& name, const Shape& shape) {
     auto it = by_name.find(name);
     MXTRAIN_CHECK(it != by_name.end(), "checkpoint '", path, "' lacks tensor '", name, "'");
-    MXTRAIN_CHECK(it->second.dtype() == DType::kF32 && it->second.shape() == shape,
-                  "checkpoint '", path, "': tensor '", name, "' is ", Name(it->second.dtype()),
-                  " ", it->second.shape().ToString(), ", expected f32 ", shape.ToString());
+    MXTRAIN_CHECK(it->second.dtype() == DType::kF32 && it->second.shape() == shape, "checkpoint '",
+                  path, "': tensor '", name, "' is ", Name(it->second.dtype()), " ",
+                  it->second.shape().ToString(), ", expected f32 ", shape.ToString());
     return it->second;
   };
   for (const auto& p : model.parameters()) {

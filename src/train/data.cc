@@ -2,10 +2,10 @@
 #include "mxtrain/data.h"
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <system_error>
-#include <filesystem>
 
 #include "mxtrain/error.h"
 #include "train/rng.h"
@@ -15,29 +15,29 @@ namespace mxtrain {
 namespace {
 
 constexpr const char* kNames[] = {
-    "alice", "bob", "carol", "dave", "erin", "frank", "grace", "heidi", "ivan", "judy",
-    "karl", "laura", "mike", "nina", "oscar", "peggy", "quinn", "rita", "sam", "tina",
-    "uma", "victor", "wendy", "xavier", "yara", "zack", "olga", "pablo", "rosa", "theo"};
-constexpr const char* kCities[] = {"paris", "london", "tokyo", "cairo", "lima", "oslo",
-                                   "rome", "berlin", "madrid", "delhi", "seoul", "quito"};
-constexpr const char* kJobs[] = {"baker", "doctor", "farmer", "pilot", "teacher", "painter",
-                                 "singer", "lawyer", "nurse", "tailor", "miner", "writer"};
-constexpr const char* kPets[] = {"cat", "dog", "parrot", "horse", "rabbit", "goat", "fish",
-                                 "turtle"};
-constexpr const char* kColors[] = {"red", "blue", "green", "yellow", "purple", "orange",
-                                   "white", "black"};
-constexpr const char* kAdjectives[] = {"small", "old", "happy", "quiet", "brave", "clever",
-                                       "tired", "young", "gentle", "lazy"};
-constexpr const char* kNouns[] = {"boy", "girl", "king", "queen", "farmer", "child", "bird",
-                                  "wolf", "sailor", "teacher"};
-constexpr const char* kVerbs[] = {"sees", "helps", "follows", "finds", "calls", "meets",
-                                  "knows", "likes"};
-constexpr const char* kPlaces[] = {"the river", "the market", "the forest", "the school",
+    "alice", "bob",    "carol", "dave",   "erin",  "frank", "grace", "heidi", "ivan", "judy",
+    "karl",  "laura",  "mike",  "nina",   "oscar", "peggy", "quinn", "rita",  "sam",  "tina",
+    "uma",   "victor", "wendy", "xavier", "yara",  "zack",  "olga",  "pablo", "rosa", "theo"};
+constexpr const char* kCities[] = {"paris", "london", "tokyo",  "cairo", "lima",  "oslo",
+                                   "rome",  "berlin", "madrid", "delhi", "seoul", "quito"};
+constexpr const char* kJobs[] = {"baker",  "doctor", "farmer", "pilot",  "teacher", "painter",
+                                 "singer", "lawyer", "nurse",  "tailor", "miner",   "writer"};
+constexpr const char* kPets[] = {"cat",    "dog",  "parrot", "horse",
+                                 "rabbit", "goat", "fish",   "turtle"};
+constexpr const char* kColors[] = {"red",    "blue",   "green", "yellow",
+                                   "purple", "orange", "white", "black"};
+constexpr const char* kAdjectives[] = {"small",  "old",   "happy", "quiet",  "brave",
+                                       "clever", "tired", "young", "gentle", "lazy"};
+constexpr const char* kNouns[] = {"boy",   "girl", "king", "queen",  "farmer",
+                                  "child", "bird", "wolf", "sailor", "teacher"};
+constexpr const char* kVerbs[] = {"sees",  "helps", "follows", "finds",
+                                  "calls", "meets", "knows",   "likes"};
+constexpr const char* kPlaces[] = {"the river",  "the market", "the forest", "the school",
                                    "the castle", "the garden", "the harbor", "the hill"};
-constexpr const char* kNumberWords[] = {"zero", "one", "two", "three", "four", "five", "six",
-                                        "seven", "eight", "nine", "ten", "eleven", "twelve",
-                                        "thirteen", "fourteen", "fifteen", "sixteen",
-                                        "seventeen", "eighteen"};
+constexpr const char* kNumberWords[] = {"zero",    "one",     "two",       "three",    "four",
+                                        "five",    "six",     "seven",     "eight",    "nine",
+                                        "ten",     "eleven",  "twelve",    "thirteen", "fourteen",
+                                        "fifteen", "sixteen", "seventeen", "eighteen"};
 
 template <typename T, size_t N>
 const char* Pick(internal::Rng& rng, T (&list)[N]) {
@@ -55,16 +55,21 @@ std::string Line(internal::Rng& rng) {
   const char* pet = kPets[(who * 3 + 2) % std::size(kPets)];
   const char* color = kColors[(who * 11 + 5) % std::size(kColors)];
   switch (rng.Below(10)) {
-    case 0: return StrCat(name, " lives in ", city, ".");
-    case 1: return StrCat(name, " works as a ", job, " in ", city, ".");
-    case 2: return StrCat("the ", pet, " of ", name, " is ", color, ".");
-    case 3: return StrCat("where does ", name, " live? ", name, " lives in ", city, ".");
-    case 4: return StrCat(name, " is a ", job, " and has a ", color, " ", pet, ".");
+    case 0:
+      return StrCat(name, " lives in ", city, ".");
+    case 1:
+      return StrCat(name, " works as a ", job, " in ", city, ".");
+    case 2:
+      return StrCat("the ", pet, " of ", name, " is ", color, ".");
+    case 3:
+      return StrCat("where does ", name, " live? ", name, " lives in ", city, ".");
+    case 4:
+      return StrCat(name, " is a ", job, " and has a ", color, " ", pet, ".");
     case 5:
     case 6:
-      return StrCat("the ", Pick(rng, kAdjectives), " ", Pick(rng, kNouns), " ",
-                    Pick(rng, kVerbs), " the ", Pick(rng, kAdjectives), " ", Pick(rng, kNouns),
-                    " near ", Pick(rng, kPlaces), ".");
+      return StrCat("the ", Pick(rng, kAdjectives), " ", Pick(rng, kNouns), " ", Pick(rng, kVerbs),
+                    " the ", Pick(rng, kAdjectives), " ", Pick(rng, kNouns), " near ",
+                    Pick(rng, kPlaces), ".");
     case 7: {
       const uint64_t a = rng.Below(10), b = rng.Below(9);
       return StrCat(kNumberWords[a], " plus ", kNumberWords[b], " is ", kNumberWords[a + b], ".");
@@ -74,8 +79,7 @@ std::string Line(internal::Rng& rng) {
       return StrCat(a, " + ", b, " = ", a + b, ".");
     }
     default:
-      return StrCat("every morning ", name, " walks the ", pet, " to ", Pick(rng, kPlaces),
-                    ".");
+      return StrCat("every morning ", name, " walks the ", pet, " to ", Pick(rng, kPlaces), ".");
   }
 }
 
@@ -96,9 +100,9 @@ Corpus SplitCorpus(std::string text, int64_t context, std::string source) {
   const int64_t n = static_cast<int64_t>(text.size());
   const int64_t need = context + 1;
   const int64_t val = std::max(need, n / 10);
-  MXTRAIN_CHECK(n - val >= need, source, " has ", n, " bytes, too few for a context of ",
-                context, ": training and validation need at least ", need,
-                " bytes each (", 2 * need, " in all)");
+  MXTRAIN_CHECK(n - val >= need, source, " has ", n, " bytes, too few for a context of ", context,
+                ": training and validation need at least ", need, " bytes each (", 2 * need,
+                " in all)");
   Corpus c;
   c.train.assign(text.begin(), text.end() - val);
   c.val.assign(text.end() - val, text.end());
@@ -109,8 +113,7 @@ Corpus SplitCorpus(std::string text, int64_t context, std::string source) {
 Corpus LoadCorpusFile(const std::string& path, int64_t context) {
   std::error_code ec;
   MXTRAIN_CHECK(std::filesystem::exists(path, ec), "data file '", path, "' does not exist");
-  MXTRAIN_CHECK(!std::filesystem::is_directory(path, ec), "data file '", path,
-                "' is a directory");
+  MXTRAIN_CHECK(!std::filesystem::is_directory(path, ec), "data file '", path, "' is a directory");
   std::ifstream in(path, std::ios::binary);
   MXTRAIN_CHECK(in.good(), "cannot read data file '", path, "'");
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -154,8 +157,8 @@ Batch SampleBatch(std::span<const uint8_t> data, int64_t context, int64_t batch,
   b.targets.resize(b.ids.size());
   internal::Rng rng(seed, static_cast<uint64_t>(step) * 1024 + static_cast<uint64_t>(micro));
   for (int64_t r = 0; r < batch; ++r) {
-    FillWindow(data, context, static_cast<int64_t>(rng.Below(static_cast<uint64_t>(windows))),
-               r, b);
+    FillWindow(data, context, static_cast<int64_t>(rng.Below(static_cast<uint64_t>(windows))), r,
+               b);
   }
   return b;
 }

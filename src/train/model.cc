@@ -48,8 +48,11 @@ Recipe RouterRecipe() {
 void ModelConfig::Validate() const {
   MXTRAIN_CHECK(vocab == 256, "model: vocab must be 256 (bytes), got ", vocab);
   for (auto [name, value] : {std::pair<const char*, int64_t>{"d_model", d_model},
-                             {"n_layers", n_layers}, {"n_heads", n_heads},
-                             {"n_experts", n_experts}, {"top_k", top_k}, {"d_ff", d_ff},
+                             {"n_layers", n_layers},
+                             {"n_heads", n_heads},
+                             {"n_experts", n_experts},
+                             {"top_k", top_k},
+                             {"d_ff", d_ff},
                              {"context", context}}) {
     MXTRAIN_CHECK(value >= 1 && value <= (int64_t{1} << 20), "model: ", name,
                   " must be in [1, 2^20], got ", value);
@@ -62,15 +65,12 @@ void ModelConfig::Validate() const {
 }
 
 std::map<std::string, std::string> ModelConfig::ToMetadata() const {
-  return {{"model.vocab", std::to_string(vocab)},
-          {"model.d_model", std::to_string(d_model)},
-          {"model.n_layers", std::to_string(n_layers)},
-          {"model.n_heads", std::to_string(n_heads)},
-          {"model.n_experts", std::to_string(n_experts)},
-          {"model.top_k", std::to_string(top_k)},
-          {"model.d_ff", std::to_string(d_ff)},
-          {"model.context", std::to_string(context)},
-          {"model.aux_loss_coef", StrCat(aux_loss_coef)}};
+  return {
+      {"model.vocab", std::to_string(vocab)},         {"model.d_model", std::to_string(d_model)},
+      {"model.n_layers", std::to_string(n_layers)},   {"model.n_heads", std::to_string(n_heads)},
+      {"model.n_experts", std::to_string(n_experts)}, {"model.top_k", std::to_string(top_k)},
+      {"model.d_ff", std::to_string(d_ff)},           {"model.context", std::to_string(context)},
+      {"model.aux_loss_coef", StrCat(aux_loss_coef)}};
 }
 
 ModelConfig ModelConfig::FromMetadata(const std::map<std::string, std::string>& m) {
@@ -303,8 +303,8 @@ LossParts Model::ForwardBackward(std::span<const int32_t> ids, std::span<const i
     const Tensor dlr = nn::RouterBackward(t.route, ug.dweights, aux_scale);
     Grads gr = b.router->Backward(dlr, std::move(t.cr));
     nn::AddInPlace(dn2, gr.dx, th);
-    Tensor dmid = nn::RmsNormBackward(dn2, t.x_mid, b.norm2->value(), t.rstd2,
-                                      b.norm2->main_grad(), th);
+    Tensor dmid =
+        nn::RmsNormBackward(dn2, t.x_mid, b.norm2->value(), t.rstd2, b.norm2->main_grad(), th);
     nn::AddInPlace(dmid, dx, th);
     // Attention branch.
     Grads go = b.wo->Backward(In(dmid), std::move(t.co));

@@ -60,9 +60,8 @@ void AdamW::Step(double lr, WeightQuantCache* cache) {
   const float fb1 = static_cast<float>(b1), fb2 = static_cast<float>(b2);
   for (size_t i = 0; i < params_.size(); ++i) {
     Parameter& p = *params_[i];
-    const float decay = p.shape().rank() >= 2
-                            ? static_cast<float>(1.0 - lr * options_.weight_decay)
-                            : 1.0f;
+    const float decay =
+        p.shape().rank() >= 2 ? static_cast<float>(1.0 - lr * options_.weight_decay) : 1.0f;
     float* w = p.value().data<float>();
     float* g = p.main_grad().data<float>();
     float* m = m_[i].data<float>();
@@ -84,13 +83,12 @@ void AdamW::LoadState(int64_t step, const std::vector<Tensor>& exp_avg,
                       const std::vector<Tensor>& exp_avg_sq) {
   MXTRAIN_CHECK(step >= 0, "adamw: negative step ", step);
   MXTRAIN_CHECK(exp_avg.size() == params_.size() && exp_avg_sq.size() == params_.size(),
-                "adamw: state for ", exp_avg.size(), " parameters, the model has ",
-                params_.size());
+                "adamw: state for ", exp_avg.size(), " parameters, the model has ", params_.size());
   for (size_t i = 0; i < params_.size(); ++i) {
     for (const Tensor* t : {&exp_avg[i], &exp_avg_sq[i]}) {
       MXTRAIN_CHECK(t->dtype() == DType::kF32 && t->shape() == params_[i]->shape(),
-                    "adamw: state of '", params_[i]->name(), "' has shape ",
-                    t->shape().ToString(), ", the parameter ", params_[i]->shape().ToString());
+                    "adamw: state of '", params_[i]->name(), "' has shape ", t->shape().ToString(),
+                    ", the parameter ", params_[i]->shape().ToString());
     }
     std::memcpy(m_[i].raw(), exp_avg[i].raw(), m_[i].NumBytes());
     std::memcpy(v_[i].raw(), exp_avg_sq[i].raw(), v_[i].NumBytes());

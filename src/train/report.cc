@@ -1,10 +1,8 @@
 // Metrics CSV, summary.json, the comparison table and the plot (train.h, train_report.h).
-#include "mxtrain/train_report.h"
-
 #include <cerrno>
 #include <cmath>
-#include <cstring>
 #include <cstdio>
+#include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -12,9 +10,9 @@
 
 #include "io/file_util.h"
 #include "mxtrain/error.h"
-
 #include "mxtrain/json.h"
 #include "mxtrain/plot.h"
+#include "mxtrain/train_report.h"
 
 namespace mxtrain {
 
@@ -43,9 +41,9 @@ std::string MetricsCsv(const std::vector<StepMetrics>& steps) {
   std::string out = std::string(kCsvHeader) + "\n";
   for (const StepMetrics& m : steps) {
     out += StrCat(m.step, ",", Num(m.train_loss), ",", Num(m.aux_loss), ",", Num(m.val_loss), ",",
-                  Num(m.lr), ",", Num(m.grad_norm), ",", Num(m.step_ms), ",",
-                  Num(m.tokens_per_s), ",", m.peak_bytes, ",", m.saved_bytes, ",",
-                  m.saved_alloc_bytes, ",", m.cache_hits, ",", m.cache_misses, "\n");
+                  Num(m.lr), ",", Num(m.grad_norm), ",", Num(m.step_ms), ",", Num(m.tokens_per_s),
+                  ",", m.peak_bytes, ",", m.saved_bytes, ",", m.saved_alloc_bytes, ",",
+                  m.cache_hits, ",", m.cache_misses, "\n");
   }
   return out;
 }
@@ -65,7 +63,7 @@ std::vector<StepMetrics> ParseMetricsCsv(const std::string& csv) {
     try {
       StepMetrics m;
       m.step = std::stoll(f[0]);
-      double* d[] = {&m.train_loss, &m.aux_loss, &m.val_loss, &m.lr,
+      double* d[] = {&m.train_loss, &m.aux_loss, &m.val_loss,    &m.lr,
                      &m.grad_norm,  &m.step_ms,  &m.tokens_per_s};
       for (int i = 0; i < 7; ++i) *d[i] = std::strtod(f[1 + i].c_str(), nullptr);
       int64_t* n[] = {&m.peak_bytes, &m.saved_bytes, &m.saved_alloc_bytes, &m.cache_hits,
@@ -118,9 +116,8 @@ std::string ComparisonTable(const std::vector<TrainResult>& runs) {
   }
   char line[256];
   std::string out;
-  std::snprintf(line, sizeof line, "%-20s %10s %10s %9s %10s %9s %10s %10s\n", "run",
-                "train_loss", "val_loss", "gap_bf16", "tokens/s", "step_ms", "peak_MiB",
-                "saved_MiB");
+  std::snprintf(line, sizeof line, "%-20s %10s %10s %9s %10s %9s %10s %10s\n", "run", "train_loss",
+                "val_loss", "gap_bf16", "tokens/s", "step_ms", "peak_MiB", "saved_MiB");
   out += line;
   for (const TrainResult& r : runs) {
     std::string gap = "-";
@@ -131,9 +128,8 @@ std::string ComparisonTable(const std::vector<TrainResult>& runs) {
       gap = g;
     }
     std::snprintf(line, sizeof line, "%-20s %10.4f %10.4f %9s %10.0f %9.1f %10s %10s\n",
-                  r.name.c_str(), r.final_train_loss, r.final_val_loss, gap.c_str(),
-                  r.tokens_per_s, r.step_ms, Mib(r.peak_bytes).c_str(),
-                  Mib(r.saved_bytes).c_str());
+                  r.name.c_str(), r.final_train_loss, r.final_val_loss, gap.c_str(), r.tokens_per_s,
+                  r.step_ms, Mib(r.peak_bytes).c_str(), Mib(r.saved_bytes).c_str());
     out += line;
   }
   return out;
@@ -172,8 +168,8 @@ void WriteFileAtomic(const std::string& path, const std::string& bytes) {
   internal::Temporaries temporaries;
   std::string tmp;
   internal::Fd fd(internal::CreateTemporary(path, &tmp));
-  MXTRAIN_CHECK(fd.get() >= 0, "cannot write '", internal::Printable(path), "': ",
-                std::strerror(errno));
+  MXTRAIN_CHECK(fd.get() >= 0, "cannot write '", internal::Printable(path),
+                "': ", std::strerror(errno));
   temporaries.paths().push_back(tmp);
   internal::WriteAll(fd.get(), bytes.data(), bytes.size(), path);
   internal::SyncAndClose(fd, path);

@@ -92,8 +92,7 @@ TrainResult Train(const TrainConfig& config, const Corpus& corpus) {
   Validate(config);
   MXTRAIN_CHECK(static_cast<int64_t>(corpus.train.size()) > config.model.context &&
                     static_cast<int64_t>(corpus.val.size()) > config.model.context,
-                "train: ", corpus.source, " is too small for a context of ",
-                config.model.context);
+                "train: ", corpus.source, " is too small for a context of ", config.model.context);
   const Clock::time_point run_start = Clock::now();
   Model model(config.model, config.recipe, config.seed, config.threads);
   AdamW opt(model.parameters(), config.adam);
@@ -164,8 +163,7 @@ TrainResult Train(const TrainConfig& config, const Corpus& corpus) {
     step_times.push_back(m.step_ms);
     result.steps.push_back(m);
     if (!config.checkpoint_path.empty() &&
-        ((config.checkpoint_every > 0 && step % config.checkpoint_every == 0) ||
-         step == last)) {
+        ((config.checkpoint_every > 0 && step % config.checkpoint_every == 0) || step == last)) {
       internal::WriteCheckpoint(config.checkpoint_path, model, opt,
                                 RunMetadata(config, result.steps));
     }
@@ -181,13 +179,15 @@ TrainResult Train(const TrainConfig& config, const Corpus& corpus) {
   if (!step_times.empty()) {
     std::sort(step_times.begin(), step_times.end());
     result.step_ms = step_times[step_times.size() / 2];
-    result.tokens_per_s = static_cast<double>(tokens_per_step * static_cast<int64_t>(step_times.size())) /
-                          (step_ms_total / 1000.0);
+    result.tokens_per_s =
+        static_cast<double>(tokens_per_step * static_cast<int64_t>(step_times.size())) /
+        (step_ms_total / 1000.0);
   }
   result.final_train_loss = EvalLoss(model, corpus.train, config);
   result.final_val_loss =
       result.steps.empty() ? EvalLoss(model, corpus.val, config) : result.steps.back().val_loss;
-  if (std::isnan(result.final_val_loss)) result.final_val_loss = EvalLoss(model, corpus.val, config);
+  if (std::isnan(result.final_val_loss))
+    result.final_val_loss = EvalLoss(model, corpus.val, config);
   result.seconds = Ms(run_start, Clock::now()) / 1000.0;
   return result;
 }
