@@ -11,10 +11,11 @@
 #include <string>
 #include <vector>
 
-#include "cli_test_util.h"
 #include "mxtrain/json.h"
-#include "mxtrain/mx_tensor.h"  // cli_test_util.h uses it
+#include "mxtrain/mx_tensor.h"  // cli_test_util.h uses it without including it
 #include "mxtrain/safetensors.h"
+// After the library headers (a block of its own, so that include sorting keeps it here).
+#include "cli_test_util.h"
 #include "test_util.h"
 
 namespace mxtrain {
