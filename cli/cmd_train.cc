@@ -246,7 +246,7 @@ int Train(const ParsedArgs& args) {
     c.recipe = s.recipe;
     if (!resume.empty()) {
       c.resume_path = CheckpointPath(resume, s.name);
-      resumed_steps += CheckCheckpoint(c.resume_path, c);
+      resumed_steps += CheckCheckpoint(c.resume_path, c, corpus);
     }
     configs.push_back(std::move(c));
   }

@@ -193,6 +193,14 @@ TEST_F(CliTrainTest, MismatchedCheckpointExitsTwoLeavingItAsItWas) {
                  "d_ff=32", {"a"});
   EXPECT_EQ(ReadBytes(ckpt), before);
   EXPECT_EQ(ReadBytes(Out("a/bf16/metrics.csv")), metrics);
+  WriteBytes(In("other.txt"), std::string(4000, 'z'));
+  ExpectBadInput(Tiny({"train", "--runs", "bf16", "--steps", "4", "--resume", Out("a"), "--data",
+                       In("other.txt")}),
+                 "other data", {"a"});
+  ExpectBadInput(
+      Tiny({"train", "--runs", "bf16", "--steps", "4", "--resume", Out("a"), "--seed", "7"}),
+      "run.seed 1, this run has 7", {"a"});
+  EXPECT_EQ(ReadBytes(ckpt), before);
   WriteBytes(ckpt, "not a checkpoint");
   ExpectBadInput(Tiny({"train", "--runs", "bf16", "--steps", "4", "--resume", Out("a")}),
                  "checkpoint.safetensors", {"a"});

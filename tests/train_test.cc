@@ -259,8 +259,19 @@ TEST_F(TrainCheckpoint, MismatchedModelIsAnError) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("d_ff=32"), std::string::npos) << e.what();
   }
-  other.resume_path = Path("missing.safetensors");
   other.model = c.model;
+  other.seed = 2;  // other batches: resuming would not repeat the run
+  try {
+    Train(other, TinyCorpus());
+    FAIL() << "expected an Error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("run.seed 1, this run has 2"), std::string::npos)
+        << e.what();
+  }
+  other.seed = c.seed;
+  EXPECT_THROW(Train(other, SplitCorpus(BuiltinCorpus(30000), 16, "other")), Error);
+  EXPECT_EQ(CheckCheckpoint(c.checkpoint_path, other, TinyCorpus()), 2);
+  other.resume_path = Path("missing.safetensors");
   EXPECT_THROW(Train(other, TinyCorpus()), Error);
 }
 }  // namespace

@@ -75,9 +75,10 @@ struct TrainResult {
   std::vector<StepMetrics> steps;  // every step from 1, including those before a resume
   double final_train_loss = 0;     // on eval_batches fixed batches of the training split
   double final_val_loss = 0;       // on eval_batches fixed batches of the validation split
-  double tokens_per_s = 0;         // tokens / step time over the steps this run made
-  double step_ms = 0;              // median over the steps this run made
-  int64_t peak_bytes = 0;          // max over steps
+  // Over the steps this run made (or, resumed at its last step, the restored ones):
+  double tokens_per_s = 0;  // tokens / step time
+  double step_ms = 0;       // median
+  int64_t peak_bytes = 0;   // max over steps
   int64_t saved_bytes = 0;
   int64_t cache_hits = 0, cache_misses = 0;
   int64_t parameters = 0;
@@ -100,12 +101,13 @@ class NonFiniteLossError : public Error {
 // is written), NonFiniteLossError as above.
 TrainResult Train(const TrainConfig& config, const Corpus& corpus);
 
-// Checks that the checkpoint at path can resume `config` (a valid file, the same model,
-// every tensor with its parameter's shape, a step within config.steps) and returns its
-// step; throws Error naming the problem. Train checks as it loads; callers running
-// several runs check every checkpoint before starting any, so that nothing is written
-// when one is bad.
-int64_t CheckCheckpoint(const std::string& path, const TrainConfig& config);
+// Checks that the checkpoint at path can resume `config` on `corpus` (a valid file, the
+// same model, every tensor with its parameter's shape, a step within config.steps, and the
+// same seed, batch size, micro-batches and data, without which the resumed run would not
+// repeat the original) and returns its step; throws Error naming the problem. Train checks as it
+// loads; callers running several runs check every checkpoint before starting any, so that nothing
+// is written when one is bad.
+int64_t CheckCheckpoint(const std::string& path, const TrainConfig& config, const Corpus& corpus);
 
 // The per-step metrics as CSV (a header line, one line per step; doubles with 17
 // significant digits so that they read back exactly) and back.

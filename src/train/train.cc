@@ -51,15 +51,37 @@ double EvalLoss(Model& model, std::span<const uint8_t> data, const TrainConfig& 
 
 // The settings besides the model that a checkpoint records (the model's are added by
 // WriteCheckpoint).
-std::map<std::string, std::string> RunMetadata(const TrainConfig& c,
-                                               const std::vector<StepMetrics>& steps) {
-  return {{"run.name", c.name},
-          {"run.recipe", c.recipe.ToString()},
-          {"run.seed", std::to_string(c.seed)},
+// FNV-1a over both splits: which data a checkpoint was trained on.
+std::string DataFingerprint(const Corpus& corpus) {
+  uint64_t h = 0xCBF29CE484222325ull;
+  for (const std::vector<uint8_t>* part : {&corpus.train, &corpus.val}) {
+    for (uint8_t b : *part) h = (h ^ b) * 0x100000001B3ull;
+    h = (h ^ 0xFF) * 0x100000001B3ull;  // the split point counts too
+  }
+  return StrCat(corpus.train.size(), "+", corpus.val.size(), ":", std::hex, h);
+}
+
+// What a resumed run must share with the checkpoint's run to repeat it bit for bit
+// (besides the model, which ReadCheckpoint checks): the batches' source and sampling.
+std::vector<std::pair<std::string, std::string>> ResumeKeys(const TrainConfig& c,
+                                                            const Corpus& corpus) {
+  return {{"run.seed", std::to_string(c.seed)},
           {"run.batch_size", std::to_string(c.batch_size)},
           {"run.micro_batches", std::to_string(c.micro_batches)},
-          {"run.steps", std::to_string(c.steps)},
-          {"metrics.csv", MetricsCsv(steps)}};
+          {"data.fingerprint", DataFingerprint(corpus)}};
+}
+
+// The settings besides the model that a checkpoint records (the model's are added by
+// WriteCheckpoint).
+std::map<std::string, std::string> RunMetadata(const TrainConfig& c, const Corpus& corpus,
+                                               const std::vector<StepMetrics>& steps) {
+  std::map<std::string, std::string> m = {{"run.name", c.name},
+                                          {"run.recipe", c.recipe.ToString()},
+                                          {"run.steps", std::to_string(c.steps)},
+                                          {"data.source", corpus.source},
+                                          {"metrics.csv", MetricsCsv(steps)}};
+  for (auto& [k, v] : ResumeKeys(c, corpus)) m[k] = v;
+  return m;
 }
 
 void RestoreInto(Model& model, AdamW& opt, const internal::CheckpointState& s) {
@@ -79,12 +101,29 @@ NonFiniteLossError::NonFiniteLossError(int64_t step, double loss)
                    "; stopped without updating (the last checkpoint is intact)")),
       step_(step) {}
 
-int64_t CheckCheckpoint(const std::string& path, const TrainConfig& config) {
+namespace {
+
+void CheckResumable(const std::string& path, const internal::CheckpointState& s,
+                    const TrainConfig& config, const Corpus& corpus) {
+  MXTRAIN_CHECK(s.step >= 0 && s.step <= config.steps, "checkpoint '", path, "' is at step ",
+                s.step, ", past the run's ", config.steps, " steps");
+  for (const auto& [key, want] : ResumeKeys(config, corpus)) {
+    auto it = s.metadata.find(key);
+    MXTRAIN_CHECK(it != s.metadata.end() && it->second == want, "checkpoint '", path,
+                  "' was written by a run with ", key, " ",
+                  it == s.metadata.end() ? std::string("(none)") : it->second, ", this run has ",
+                  want, key == "data.fingerprint" ? " (other data)" : "",
+                  "; resuming would not repeat it");
+  }
+}
+
+}  // namespace
+
+int64_t CheckCheckpoint(const std::string& path, const TrainConfig& config, const Corpus& corpus) {
   // Every tensor, against a model of this configuration (about a million parameters: cheap).
   Model model(config.model, config.recipe, config.seed, config.threads);
   const internal::CheckpointState s = internal::ReadCheckpoint(path, model);
-  MXTRAIN_CHECK(s.step >= 0 && s.step <= config.steps, "checkpoint '", path, "' is at step ",
-                s.step, ", past the run's ", config.steps, " steps");
+  CheckResumable(path, s, config, corpus);
   return s.step;
 }
 
@@ -105,8 +144,7 @@ TrainResult Train(const TrainConfig& config, const Corpus& corpus) {
   result.parameters = model.NumParameters();
   if (!config.resume_path.empty()) {
     const internal::CheckpointState s = internal::ReadCheckpoint(config.resume_path, model);
-    MXTRAIN_CHECK(s.step >= 0 && s.step <= config.steps, "checkpoint '", config.resume_path,
-                  "' is at step ", s.step, ", past the run's ", config.steps, " steps");
+    CheckResumable(config.resume_path, s, config, corpus);
     RestoreInto(model, opt, s);
     result.resumed_from = s.step;
     auto csv = s.metadata.find("metrics.csv");
@@ -165,7 +203,7 @@ TrainResult Train(const TrainConfig& config, const Corpus& corpus) {
     if (!config.checkpoint_path.empty() &&
         ((config.checkpoint_every > 0 && step % config.checkpoint_every == 0) || step == last)) {
       internal::WriteCheckpoint(config.checkpoint_path, model, opt,
-                                RunMetadata(config, result.steps));
+                                RunMetadata(config, corpus, result.steps));
     }
     if (config.on_step) config.on_step(m);
   }
@@ -175,6 +213,12 @@ TrainResult Train(const TrainConfig& config, const Corpus& corpus) {
     result.saved_bytes = std::max(result.saved_bytes, m.saved_bytes);
     result.cache_hits += m.cache_hits;
     result.cache_misses += m.cache_misses;
+  }
+  if (step_times.empty()) {  // resumed at its last step: the restored steps' figures
+    for (const StepMetrics& m : result.steps) {
+      step_times.push_back(m.step_ms);
+      step_ms_total += m.step_ms;
+    }
   }
   if (!step_times.empty()) {
     std::sort(step_times.begin(), step_times.end());
