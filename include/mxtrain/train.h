@@ -86,11 +86,11 @@ struct TrainResult {
   double seconds = 0;        // wall time of the whole run
 };
 
-// A loss that is NaN or Inf: the run stops before updating anything (the last
-// checkpoint stays as it was). The CLI exits with code 3.
+// A loss (or gradient norm) that is NaN or Inf: the run stops before updating anything
+// (the last checkpoint stays as it was). The CLI exits with code 3.
 class NonFiniteLossError : public Error {
  public:
-  NonFiniteLossError(int64_t step, double loss);
+  NonFiniteLossError(int64_t step, double value, const char* what = "loss");
   int64_t step() const { return step_; }
 
  private:

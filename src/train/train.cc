@@ -96,9 +96,10 @@ void RestoreInto(Model& model, AdamW& opt, const internal::CheckpointState& s) {
 
 }  // namespace
 
-NonFiniteLossError::NonFiniteLossError(int64_t step, double loss)
-    : Error(StrCat("training diverged: the loss is ", loss, " at step ", step,
-                   "; stopped without updating (the last checkpoint is intact)")),
+NonFiniteLossError::NonFiniteLossError(int64_t step, double value, const char* what)
+    : Error(StrCat("training diverged: the ", what, " is ", value, " at step ", step,
+                   "; stopped before updating the weights (the last checkpoint, if any, is "
+                   "intact)")),
       step_(step) {}
 
 namespace {
@@ -179,7 +180,7 @@ TrainResult Train(const TrainConfig& config, const Corpus& corpus) {
     m.aux_loss /= static_cast<double>(config.micro_batches);
     if (!std::isfinite(m.train_loss)) throw NonFiniteLossError(step, m.train_loss);
     m.grad_norm = ClipGradNorm(model.parameters(), config.clip_norm);
-    if (!std::isfinite(m.grad_norm)) throw NonFiniteLossError(step, m.grad_norm);
+    if (!std::isfinite(m.grad_norm)) throw NonFiniteLossError(step, m.grad_norm, "gradient norm");
     m.lr = schedule.At(step);
     opt.Step(m.lr, &model.cache());
     const Clock::time_point t1 = Clock::now();
