@@ -5,7 +5,7 @@
 // The built-in corpus is English-like text with structure a small model can learn within a
 // short run: a fixed "world" of people with homes, jobs, pets and favourite colours stated
 // as facts again and again in several phrasings, sentences from a small grammar, and
-// arithmetic on small numbers. Its unigram entropy is about 2.9 nats per byte; a model
+// arithmetic on small numbers. Its unigram entropy is about 3.0 nats per byte; a model
 // that has learned the spelling, the templates and some facts gets well below that.
 #pragma once
 
