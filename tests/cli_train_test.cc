@@ -119,6 +119,19 @@ TEST_F(CliTrainTest, WritesTheRunDirectory) {
   EXPECT_NE(ReadBytes(Out("run/plot.svg")).find("<svg"), std::string::npos);
 }
 
+TEST_F(CliTrainTest, OneRunWithItsRecipe) {
+  const RunResult r = RunTrain({"--precision", "mxfp8", "--recipe", "hybrid", "--scale", "floor",
+                                "--input-policy", "deferred", "--steps", "2", "--out", Out("one")});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const Json summary = Json::Parse(ReadBytes(Out("one/summary.json")));
+  ASSERT_EQ(summary.size(), 1u);
+  EXPECT_EQ(summary.At(0).At("name").AsString(), "mxfp8-in-deferred-w-quantized");
+  EXPECT_EQ(summary.At(0).At("recipe").AsString(),
+            "mxfp8 hybrid floor input=deferred weight=quantized");
+  EXPECT_EQ(summary.At(0).At("cache_hits").AsInt(), 0);  // no --reuse-weights
+  EXPECT_EQ(r.out.find("gap_bf16") != std::string::npos, true);
+}
+
 TEST_F(CliTrainTest, ResumeContinuesBitForBit) {
   const std::vector<std::string> run = {"--runs", "bf16,mxfp8-deferred", "--steps", "6"};
   auto with = [&](std::vector<std::string> extra) {
