@@ -65,7 +65,8 @@ TEST(JsonTest, BuildAndDump) {
   list.Push(1);
   list.Push("two");
   v.Set("steps", 200);  // replaces in place, keeps the position
-  EXPECT_EQ(v.Dump(), R"({"name":"run 1","steps":200,"loss":0.25,"ok":true,"none":null,"list":[1,"two"]})");
+  EXPECT_EQ(v.Dump(),
+            R"({"name":"run 1","steps":200,"loss":0.25,"ok":true,"none":null,"list":[1,"two"]})");
   EXPECT_EQ(v.Dump(2),
             "{\n  \"name\": \"run 1\",\n  \"steps\": 200,\n  \"loss\": 0.25,\n  \"ok\": true,\n"
             "  \"none\": null,\n  \"list\": [\n    1,\n    \"two\"\n  ]\n}");
@@ -81,9 +82,9 @@ TEST(JsonTest, StringEscapesRoundTrip) {
     for (int c = 0; c < 0x20; ++c) s += static_cast<char>(c);
     return s;
   }();
-  for (const std::string& s : {std::string("quote \" backslash \\ slash /"), all_controls,
-                               std::string("\x7f del"), std::string("caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80"),
-                               std::string("")}) {
+  for (const std::string& s :
+       {std::string("quote \" backslash \\ slash /"), all_controls, std::string("\x7f del"),
+        std::string("caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80"), std::string("")}) {
     const std::string text = Json(s).Dump();
     for (char c : text) EXPECT_GE(static_cast<unsigned char>(c), 0x20) << text;
     EXPECT_EQ(Json::Parse(text).AsString(), s) << text;
@@ -164,9 +165,9 @@ TEST(JsonTest, RejectsInvalidText) {
   ExpectParseError("\"\\ud83d\\u0041\"", "lone high surrogate");
   ExpectParseError("\"\\ude00\"", "lone low surrogate");
   ExpectParseError("\"\xff\"", "invalid UTF-8");
-  ExpectParseError("\"\xc3\"", "invalid UTF-8");          // truncated sequence
-  ExpectParseError("\"\xc0\xaf\"", "invalid UTF-8");      // overlong '/'
-  ExpectParseError("\"\xed\xa0\x80\"", "invalid UTF-8");  // an encoded surrogate
+  ExpectParseError("\"\xc3\"", "invalid UTF-8");              // truncated sequence
+  ExpectParseError("\"\xc0\xaf\"", "invalid UTF-8");          // overlong '/'
+  ExpectParseError("\"\xed\xa0\x80\"", "invalid UTF-8");      // an encoded surrogate
   ExpectParseError("\"\xf4\x90\x80\x80\"", "invalid UTF-8");  // past U+10FFFF
   ExpectParseError(std::string_view("[1,\0]", 5), "unexpected character");
   ExpectParseError("{\"a\":1,\"a\":2}", "duplicate key \"a\"");

@@ -3,7 +3,6 @@
 // corrupt file (each must throw Error, and under the dev preset's sanitizers never crash),
 // and writes that fail without leaving or touching anything.
 #include "mxtrain/safetensors.h"
-#include "test_util.h"
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -18,6 +17,7 @@
 
 #include "mxtrain/error.h"
 #include "mxtrain/json.h"
+#include "test_util.h"
 
 namespace mxtrain {
 namespace {
@@ -37,12 +37,14 @@ std::string RawSafetensors(const std::string& header, const std::string& data) {
 
 uint64_t LoadLe64(const std::string& bytes) {
   uint64_t v = 0;
-  for (int i = 7; i >= 0; --i) v = (v << 8) | static_cast<unsigned char>(bytes[static_cast<size_t>(i)]);
+  for (int i = 7; i >= 0; --i)
+    v = (v << 8) | static_cast<unsigned char>(bytes[static_cast<size_t>(i)]);
   return v;
 }
 
 std::string Bytes(const Tensor& t) {
-  return t.NumBytes() == 0 ? std::string() : std::string(static_cast<const char*>(t.raw()), t.NumBytes());
+  return t.NumBytes() == 0 ? std::string()
+                           : std::string(static_cast<const char*>(t.raw()), t.NumBytes());
 }
 
 Tensor RandomTensor(DType dtype, const Shape& shape, uint64_t seed) {
@@ -105,8 +107,9 @@ class SafetensorsTest : public ::testing::Test {
 };
 
 const std::vector<Shape>& RankShapes() {
-  static const std::vector<Shape> shapes = {
-      Shape{}, Shape{0}, Shape{5}, Shape{2, 3}, Shape{2, 0, 3}, Shape{3, 1, 2, 2}, Shape{1, 2, 3, 4}};
+  static const std::vector<Shape> shapes = {Shape{},          Shape{0},       Shape{5},
+                                            Shape{2, 3},      Shape{2, 0, 3}, Shape{3, 1, 2, 2},
+                                            Shape{1, 2, 3, 4}};
   return shapes;
 }
 
@@ -270,10 +273,12 @@ TEST_F(SafetensorsTest, RejectsCorruptFiles) {
   ExpectRawError(RawSafetensors(" {}", ""), "does not start with '{'");
   ExpectRawError(RawSafetensors("[]", ""), "does not start with '{'");
   ExpectRawError(RawSafetensors("{\"t\": ", ""), "the header is not valid JSON");
-  ExpectRawError(RawSafetensors(std::string("{}\0\0\0\0\0\0", 8), ""), "the header is not valid JSON");
+  ExpectRawError(RawSafetensors(std::string("{}\0\0\0\0\0\0", 8), ""),
+                 "the header is not valid JSON");
   ExpectRawError(RawSafetensors("{\"t\xff\": {}}", ""), "not valid JSON");
-  ExpectRawError(RawSafetensors("{\"a\": " + std::string(1000, '[') + std::string(1000, ']') + "}", ""),
-                 "not valid JSON");
+  ExpectRawError(
+      RawSafetensors("{\"a\": " + std::string(1000, '[') + std::string(1000, ']') + "}", ""),
+      "not valid JSON");
   const std::string ok = R"({"dtype": "F32", "shape": [2], "data_offsets": [0, 8]})";
   ExpectRawError(RawSafetensors("{\"t\": " + ok + ", \"t\": " + ok + "}", f32x2),
                  "duplicate key \"t\"");
@@ -288,44 +293,45 @@ TEST_F(SafetensorsTest, RejectsCorruptFiles) {
                                     "b": {"dtype": "F32", "shape": [1], "data_offsets": [8, 12]}})",
                                 std::string(12, 'x')),
                  "(a hole)");
-  ExpectRawError(one(R"({"dtype": "F32", "shape": [1], "data_offsets": [4, 8]})", f32x2), "(a hole)");
+  ExpectRawError(one(R"({"dtype": "F32", "shape": [1], "data_offsets": [4, 8]})", f32x2),
+                 "(a hole)");
   ExpectRawError(one(R"({"dtype": "F32", "shape": [1], "data_offsets": [8, 4]})", f32x2),
                  "end before they begin");
   ExpectRawError(one(R"({"dtype": "F32", "shape": [2], "data_offsets": [0, 1e300]})", f32x2),
                  "not a non-negative integer");
-  // Entries.
-  ExpectRawError(one(R"({"dtype": "F64", "shape": [1], "data_offsets": [0, 8]})", f32x2),
-                 "unsupported dtype \"F64\"");
-  ExpectRawError(one(R"({"dtype": "f32", "shape": [2], "data_offsets": [0, 8]})", f32x2),
-                 "unsupported dtype \"f32\"");
-  ExpectRawError(one(R"({"dtype": 4, "shape": [2], "data_offsets": [0, 8]})", f32x2),
-                 "dtype that is not a string");
-  ExpectRawError(one(R"({"dtype": "F32", "shape": [3], "data_offsets": [0, 8]})", f32x2),
-                 "needs 12 bytes, but its data_offsets [0, 8] span 8");
-  ExpectRawError(one(R"({"dtype": "BF16", "shape": [], "data_offsets": [0, 8]})", f32x2),
-                 "needs 2 bytes");
-  ExpectRawError(one(R"({"dtype": "U8", "shape": [-8], "data_offsets": [0, 8]})", f32x2),
-                 "shape entry is not a non-negative integer");
-  ExpectRawError(one(R"({"dtype": "U8", "shape": [2.5], "data_offsets": [0, 8]})", f32x2),
-                 "shape entry is not a non-negative integer");
-  ExpectRawError(one(R"({"dtype": "U8", "shape": ["8"], "data_offsets": [0, 8]})", f32x2),
-                 "shape entry is not a non-negative integer");
-  ExpectRawError(
-      one(R"({"dtype": "F32", "shape": [4294967296, 4294967296], "data_offsets": [0, 8]})", f32x2),
-      "shape that is too large");
-  ExpectRawError(one(R"({"dtype": "F32", "shape": 2, "data_offsets": [0, 8]})", f32x2),
-                 "shape that is not an array");
-  ExpectRawError(one(R"({"dtype": "F32", "shape": [2], "data_offsets": [0, 8, 8]})", f32x2),
-                 "data_offsets that are not an array [begin, end]");
-  ExpectRawError(one(R"({"dtype": "F32", "shape": [2], "data_offsets": {}})", f32x2),
-                 "data_offsets that are not an array");
-  ExpectRawError(one(R"({"shape": [2], "data_offsets": [0, 8]})", f32x2), "has no \"dtype\"");
-  ExpectRawError(one(R"({"dtype": "F32", "data_offsets": [0, 8]})", f32x2), "has no \"shape\"");
-  ExpectRawError(one(R"({"dtype": "F32", "shape": [2]})", f32x2), "has no \"data_offsets\"");
-  ExpectRawError(one(R"({"dtype": "F32", "shape": [2], "data_offsets": [0, 8], "x": 1})", f32x2),
-                 "unexpected key \"x\"");
-  ExpectRawError(one("[1]", f32x2), "tensor \"t\" is not an object but a JSON array");
-  ExpectRawError(RawSafetensors(R"({"__metadata__": []})", ""), "not an object of strings but a JSON array");
+  // Entries of tensor "t" over 8 data bytes, and what the error must say.
+  const struct {
+    const char* entry;
+    const char* expect;
+  } kBadEntries[] = {
+      {R"({"dtype": "F64", "shape": [1], "data_offsets": [0, 8]})", "unsupported dtype \"F64\""},
+      {R"({"dtype": "f32", "shape": [2], "data_offsets": [0, 8]})", "unsupported dtype \"f32\""},
+      {R"({"dtype": 4, "shape": [2], "data_offsets": [0, 8]})", "dtype that is not a string"},
+      {R"({"dtype": "F32", "shape": [3], "data_offsets": [0, 8]})",
+       "needs 12 bytes, but its data_offsets [0, 8] span 8"},
+      {R"({"dtype": "BF16", "shape": [], "data_offsets": [0, 8]})", "needs 2 bytes"},
+      {R"({"dtype": "U8", "shape": [-8], "data_offsets": [0, 8]})",
+       "shape entry is not a non-negative integer"},
+      {R"({"dtype": "U8", "shape": [2.5], "data_offsets": [0, 8]})",
+       "shape entry is not a non-negative integer"},
+      {R"({"dtype": "U8", "shape": ["8"], "data_offsets": [0, 8]})",
+       "shape entry is not a non-negative integer"},
+      {R"({"dtype": "F32", "shape": [4294967296, 4294967296], "data_offsets": [0, 8]})",
+       "shape that is too large"},
+      {R"({"dtype": "F32", "shape": 2, "data_offsets": [0, 8]})", "shape that is not an array"},
+      {R"({"dtype": "F32", "shape": [2], "data_offsets": [0, 8, 8]})",
+       "data_offsets that are not an array [begin, end]"},
+      {R"({"dtype": "F32", "shape": [2], "data_offsets": {}})",
+       "data_offsets that are not an array"},
+      {R"({"shape": [2], "data_offsets": [0, 8]})", "has no \"dtype\""},
+      {R"({"dtype": "F32", "data_offsets": [0, 8]})", "has no \"shape\""},
+      {R"({"dtype": "F32", "shape": [2]})", "has no \"data_offsets\""},
+      {R"({"dtype": "F32", "shape": [2], "data_offsets": [0, 8], "x": 1})", "unexpected key \"x\""},
+      {"[1]", "tensor \"t\" is not an object but a JSON array"},
+  };
+  for (const auto& bad : kBadEntries) ExpectRawError(one(bad.entry, f32x2), bad.expect);
+  ExpectRawError(RawSafetensors(R"({"__metadata__": []})", ""),
+                 "not an object of strings but a JSON array");
   ExpectRawError(RawSafetensors(R"({"__metadata__": {"step": 3}})", ""),
                  "metadata \"step\" is not a string but a JSON number");
   // A name with a newline stays on one line in the message.

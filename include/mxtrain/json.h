@@ -31,8 +31,8 @@ class Json {
   Json(bool b) : type_(Type::kBool), bool_(b) {}
   // Any arithmetic type but bool becomes a number (exact for integers up to 2^53).
   template <typename T>
-    requires(std::is_arithmetic_v<T> && !std::is_same_v<T, bool>)
-  Json(T v) : type_(Type::kNumber), number_(static_cast<double>(v)) {}
+  requires(std::is_arithmetic_v<T> && !std::is_same_v<T, bool>) Json(T v)
+      : type_(Type::kNumber), number_(static_cast<double>(v)) {}
   Json(const char* s) : type_(Type::kString), string_(s) {}
   Json(std::string_view s) : type_(Type::kString), string_(s) {}
   Json(std::string s) : type_(Type::kString), string_(std::move(s)) {}

@@ -130,18 +130,36 @@ class Parser {
     if (depth > Json::kMaxDepth) Invalid(StrCat("nesting deeper than ", Json::kMaxDepth));
   }
 
-  Json ParseObject(int depth) {
-    CheckDepth(depth);
-    ++pos_;  // '{'
-    Json::Object members;
-    std::unordered_set<std::string> keys;
+  // The elements of "[...]" or members of "{...}" between the brackets: `item` parses one,
+  // commas separate them, nothing trails.
+  template <typename ParseItem>
+  void ParseSequence(char close, const char* expected, ParseItem item) {
+    ++pos_;  // '[' or '{'
     SkipSpace();
-    if (Peek() == '}') {
+    if (Peek() == close) {
       ++pos_;
-      return Json(std::move(members));
+      return;
     }
     while (true) {
       SkipSpace();
+      item();
+      SkipSpace();
+      if (Peek() == ',') {
+        ++pos_;
+      } else if (Peek() == close) {
+        ++pos_;
+        return;
+      } else {
+        Invalid(expected);
+      }
+    }
+  }
+
+  Json ParseObject(int depth) {
+    CheckDepth(depth);
+    Json::Object members;
+    std::unordered_set<std::string> keys;
+    ParseSequence('}', "expected ',' or '}'", [&] {
       if (Peek() != '"') Invalid("expected a string key");
       const size_t key_pos = pos_;
       std::string key = ParseString();
@@ -154,42 +172,15 @@ class Parser {
       SkipSpace();
       Json value = ParseValue(depth);
       members.emplace_back(std::move(key), std::move(value));
-      SkipSpace();
-      if (Peek() == ',') {
-        ++pos_;
-        continue;
-      }
-      if (Peek() == '}') {
-        ++pos_;
-        return Json(std::move(members));
-      }
-      Invalid("expected ',' or '}'");
-    }
+    });
+    return Json(std::move(members));
   }
 
   Json ParseArray(int depth) {
     CheckDepth(depth);
-    ++pos_;  // '['
     Json::Array elements;
-    SkipSpace();
-    if (Peek() == ']') {
-      ++pos_;
-      return Json(std::move(elements));
-    }
-    while (true) {
-      SkipSpace();
-      elements.push_back(ParseValue(depth));
-      SkipSpace();
-      if (Peek() == ',') {
-        ++pos_;
-        continue;
-      }
-      if (Peek() == ']') {
-        ++pos_;
-        return Json(std::move(elements));
-      }
-      Invalid("expected ',' or ']'");
-    }
+    ParseSequence(']', "expected ',' or ']'", [&] { elements.push_back(ParseValue(depth)); });
+    return Json(std::move(elements));
   }
 
   uint32_t ParseHex4() {
@@ -239,14 +230,30 @@ class Parser {
       if (AtEnd()) Invalid("unterminated string");
       const char e = text_[pos_++];
       switch (e) {
-        case '"': out += '"'; break;
-        case '\\': out += '\\'; break;
-        case '/': out += '/'; break;
-        case 'b': out += '\b'; break;
-        case 'f': out += '\f'; break;
-        case 'n': out += '\n'; break;
-        case 'r': out += '\r'; break;
-        case 't': out += '\t'; break;
+        case '"':
+          out += '"';
+          break;
+        case '\\':
+          out += '\\';
+          break;
+        case '/':
+          out += '/';
+          break;
+        case 'b':
+          out += '\b';
+          break;
+        case 'f':
+          out += '\f';
+          break;
+        case 'n':
+          out += '\n';
+          break;
+        case 'r':
+          out += '\r';
+          break;
+        case 't':
+          out += '\t';
+          break;
         case 'u': {
           uint32_t cp = ParseHex4();
           if (cp >= 0xDC00 && cp <= 0xDFFF) Invalid("\\u escape is a lone low surrogate");
@@ -335,13 +342,27 @@ void DumpString(std::string_view s, std::string* out, bool lenient) {
       continue;
     }
     switch (c) {
-      case '"': *out += "\\\""; break;
-      case '\\': *out += "\\\\"; break;
-      case '\b': *out += "\\b"; break;
-      case '\f': *out += "\\f"; break;
-      case '\n': *out += "\\n"; break;
-      case '\r': *out += "\\r"; break;
-      case '\t': *out += "\\t"; break;
+      case '"':
+        *out += "\\\"";
+        break;
+      case '\\':
+        *out += "\\\\";
+        break;
+      case '\b':
+        *out += "\\b";
+        break;
+      case '\f':
+        *out += "\\f";
+        break;
+      case '\n':
+        *out += "\\n";
+        break;
+      case '\r':
+        *out += "\\r";
+        break;
+      case '\t':
+        *out += "\\t";
+        break;
       default:
         if (c < 0x20) {
           char buf[8];
@@ -378,10 +399,18 @@ void Newline(int indent, int depth, std::string* out) {
 
 void DumpValue(const Json& v, int indent, int depth, std::string* out) {
   switch (v.type()) {
-    case Json::Type::kNull: *out += "null"; return;
-    case Json::Type::kBool: *out += v.AsBool() ? "true" : "false"; return;
-    case Json::Type::kNumber: DumpNumber(v.AsNumber(), out); return;
-    case Json::Type::kString: DumpString(v.AsString(), out); return;
+    case Json::Type::kNull:
+      *out += "null";
+      return;
+    case Json::Type::kBool:
+      *out += v.AsBool() ? "true" : "false";
+      return;
+    case Json::Type::kNumber:
+      DumpNumber(v.AsNumber(), out);
+      return;
+    case Json::Type::kString:
+      DumpString(v.AsString(), out);
+      return;
     case Json::Type::kArray: {
       const Json::Array& a = v.AsArray();
       *out += '[';
@@ -412,28 +441,28 @@ void DumpValue(const Json& v, int indent, int depth, std::string* out) {
 }
 
 // "an array", "a string", ... for messages.
-std::string_view WithArticle(Json::Type type) {
-  switch (type) {
-    case Json::Type::kNull: return "null";
-    case Json::Type::kBool: return "a bool";
-    case Json::Type::kNumber: return "a number";
-    case Json::Type::kString: return "a string";
-    case Json::Type::kArray: return "an array";
-    case Json::Type::kObject: return "an object";
-  }
-  return "?";
+std::string WithArticle(Json::Type type) {
+  const std::string name(Name(type));
+  if (type == Json::Type::kNull) return name;
+  return (name[0] == 'a' || name[0] == 'o' ? "an " : "a ") + name;
 }
 
 }  // namespace
 
 std::string_view Name(Json::Type type) {
   switch (type) {
-    case Json::Type::kNull: return "null";
-    case Json::Type::kBool: return "bool";
-    case Json::Type::kNumber: return "number";
-    case Json::Type::kString: return "string";
-    case Json::Type::kArray: return "array";
-    case Json::Type::kObject: return "object";
+    case Json::Type::kNull:
+      return "null";
+    case Json::Type::kBool:
+      return "bool";
+    case Json::Type::kNumber:
+      return "number";
+    case Json::Type::kString:
+      return "string";
+    case Json::Type::kArray:
+      return "array";
+    case Json::Type::kObject:
+      return "object";
   }
   return "?";
 }
@@ -446,7 +475,7 @@ std::string Json::Dump(int indent) const {
   return out;
 }
 
-#define MXTRAIN_JSON_EXPECT(want)                                                \
+#define MXTRAIN_JSON_EXPECT(want)                                                    \
   MXTRAIN_CHECK(type_ == Type::want, "JSON value is ", WithArticle(type_), ", not ", \
                 WithArticle(Type::want))
 
@@ -502,8 +531,8 @@ const Json& Json::At(std::string_view key) const {
 
 const Json& Json::At(size_t index) const {
   const Array& a = AsArray();
-  MXTRAIN_CHECK(index < a.size(), "JSON array index ", index, " is out of range (size ",
-                a.size(), ")");
+  MXTRAIN_CHECK(index < a.size(), "JSON array index ", index, " is out of range (size ", a.size(),
+                ")");
   return a[index];
 }
 
@@ -534,12 +563,18 @@ size_t Json::size() const {
 bool Json::operator==(const Json& other) const {
   if (type_ != other.type_) return false;
   switch (type_) {
-    case Type::kNull: return true;
-    case Type::kBool: return bool_ == other.bool_;
-    case Type::kNumber: return number_ == other.number_;
-    case Type::kString: return string_ == other.string_;
-    case Type::kArray: return array_ == other.array_;
-    case Type::kObject: return object_ == other.object_;
+    case Type::kNull:
+      return true;
+    case Type::kBool:
+      return bool_ == other.bool_;
+    case Type::kNumber:
+      return number_ == other.number_;
+    case Type::kString:
+      return string_ == other.string_;
+    case Type::kArray:
+      return array_ == other.array_;
+    case Type::kObject:
+      return object_ == other.object_;
   }
   return false;
 }

@@ -26,11 +26,21 @@ std::string Escape(const std::string& s) {
   std::string out;
   for (char c : s) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&apos;"; break;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&apos;";
+        break;
       default:
         // Control characters are not allowed in XML 1.0 text.
         out += (static_cast<unsigned char>(c) < 0x20 && c != '\t') ? ' ' : c;
@@ -68,7 +78,7 @@ std::string TickLabel(double v, double step) {
   char buf[32];
   if (v == 0) return "0";
   const double mag = std::fabs(v);
-  if (mag >= 1e6 || mag < 1e-4) {
+  if (mag >= 1e6 || mag < 1e-4 || !std::isfinite(step) || !(step > 0)) {
     std::snprintf(buf, sizeof(buf), "%.3g", v);
   } else {
     const int decimals = std::max(0, static_cast<int>(-std::floor(std::log10(step) + 1e-9)));
@@ -85,6 +95,9 @@ Axis LinearAxis(double lo, double hi) {
     hi += pad;
   }
   const double step = NiceNumber(NiceNumber(hi - lo, false) / (kTargetTicks - 1), true);
+  // A span past the double range: just the two ends.
+  if (!std::isfinite(step) || !(step > 0))
+    return Axis{lo, hi, {lo, hi}, {TickLabel(lo, hi - lo), TickLabel(hi, hi - lo)}};
   Axis a;
   a.lo = std::floor(lo / step) * step;
   a.hi = std::ceil(hi / step) * step;
@@ -97,18 +110,24 @@ Axis LinearAxis(double lo, double hi) {
   return a;
 }
 
-// Log axis in log10 units over whole decades, ticks every `stride` decades.
+// Log axis in log10 units over whole decades, ticks every `stride` decades; over at most
+// two decades (a typical loss curve) also at 2 and 5 times each power of ten.
 Axis LogAxis(double lo, double hi) {
   Axis a;
   a.lo = std::floor(std::log10(lo));
   a.hi = std::ceil(std::log10(hi));
   if (a.hi <= a.lo) a.hi = a.lo + 1;
   const int stride = std::max(1, static_cast<int>(std::ceil((a.hi - a.lo) / (kTargetTicks + 2))));
+  const bool minor = a.hi - a.lo <= 2;
   for (double e = a.lo; e <= a.hi; e += stride) {
-    a.ticks.push_back(e);
-    char buf[32];
-    std::snprintf(buf, sizeof(buf), "%g", std::pow(10.0, e));
-    a.labels.push_back(buf);
+    for (double m : {1.0, 2.0, 5.0}) {
+      if (m != 1.0 && (!minor || e == a.hi)) continue;
+      const double v = m * std::pow(10.0, e);
+      a.ticks.push_back(std::log10(v));
+      char buf[32];
+      std::snprintf(buf, sizeof(buf), "%g", v);
+      a.labels.push_back(buf);
+    }
   }
   return a;
 }
@@ -151,7 +170,9 @@ void RenderPanel(const PlotPanel& panel, int index, double width, double height,
     const double v = panel.log_y ? std::log10(y) : y;
     return bottom - (v - ya.lo) / (ya.hi - ya.lo) * (bottom - top);
   };
-  const auto py_axis = [&](double v) { return bottom - (v - ya.lo) / (ya.hi - ya.lo) * (bottom - top); };
+  const auto py_axis = [&](double v) {
+    return bottom - (v - ya.lo) / (ya.hi - ya.lo) * (bottom - top);
+  };
   const std::string clip = "clip" + std::to_string(index);
 
   *out += "<g class=\"panel\">\n";
@@ -182,8 +203,9 @@ void RenderPanel(const PlotPanel& panel, int index, double width, double height,
   *out += "<text x=\"" + Num((left + right) / 2) + "\" y=\"" + Num(height - 10) +
           "\" text-anchor=\"middle\">" + Escape(panel.x_label) + "</text>\n";
   const std::string ylx = Num(index * width + 14), yly = Num((top + bottom) / 2);
-  *out += "<text x=\"" + ylx + "\" y=\"" + yly + "\" text-anchor=\"middle\" transform=\"rotate(-90 " +
-          ylx + " " + yly + ")\">" + Escape(panel.y_label) + "</text>\n";
+  *out += "<text x=\"" + ylx + "\" y=\"" + yly +
+          "\" text-anchor=\"middle\" transform=\"rotate(-90 " + ylx + " " + yly + ")\">" +
+          Escape(panel.y_label) + "</text>\n";
   // The lines, clipped to the plot area.
   for (const PlotSeries& s : panel.series) {
     const char* stroke = kPalette[colour.at(s.name) % kPaletteSize];

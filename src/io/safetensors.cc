@@ -9,8 +9,8 @@
 
 #include <algorithm>
 #include <bit>
-#include <cmath>
 #include <cerrno>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -143,7 +143,8 @@ class HeaderReader {
     e.begin = Count(offsets.At(size_t{0}), tensor + " data_offsets begin");
     e.end = Count(offsets.At(size_t{1}), tensor + " data_offsets end");
     if (e.end < e.begin) {
-      Bad(StrCat(tensor, " has data_offsets [", e.begin, ", ", e.end, "] that end before they begin"));
+      Bad(StrCat(tensor, " has data_offsets [", e.begin, ", ", e.end,
+                 "] that end before they begin"));
     }
     if (e.end - e.begin != bytes) {
       Bad(StrCat(tensor, " of dtype ", dtype.AsString(), " and shape ", Shape(e.shape).ToString(),
@@ -166,9 +167,12 @@ uint64_t LoadLe64(const unsigned char* p) {
 
 std::string_view SafetensorsDType(DType dtype) {
   switch (dtype) {
-    case DType::kF32: return "F32";
-    case DType::kBF16: return "BF16";
-    case DType::kU8: return "U8";
+    case DType::kF32:
+      return "F32";
+    case DType::kBF16:
+      return "BF16";
+    case DType::kU8:
+      return "U8";
   }
   return "?";
 }
