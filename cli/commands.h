@@ -14,5 +14,6 @@ int RunGemm(const std::vector<std::string>& args);
 int RunGroupedGemm(const std::vector<std::string>& args);
 int RunBench(const std::vector<std::string>& args);
 int RunDemo(const std::vector<std::string>& args);
+int RunTrain(const std::vector<std::string>& args);
 
 }  // namespace mxtrain::cli

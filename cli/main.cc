@@ -27,8 +27,10 @@ commands:
   grouped-gemm mixture-of-experts Y = X_e . W[e]^T per token group, quantized to MXFP8
   bench        quantize and GEMM throughput against same-run baselines (JSON lines)
   demo         quantize a built-in tensor every way and print the error table
+  train        train the MoE byte-level transformer in bf16 and MXFP8 and compare (the main job)
 
-Errors print one line "mxtrain: error: ..." on stderr and exit with code 2.
+Errors print one line "mxtrain: error: ..." on stderr and exit with code 2 (train: 3 when
+the loss becomes NaN or Inf).
 )";
 
 using Command = int (*)(const std::vector<std::string>&);
@@ -45,6 +47,7 @@ constexpr CommandEntry kCommands[] = {
     {"grouped-gemm", RunGroupedGemm},
     {"bench", RunBench},
     {"demo", RunDemo},
+    {"train", RunTrain},
 };
 
 Command FindCommand(const std::string& name) {
@@ -84,7 +87,7 @@ int Main(const std::vector<std::string>& args) {
   }
   const Command command = FindCommand(name);
   MXTRAIN_CHECK(command != nullptr, "unknown command '", name,
-                "' (expected quantize, dequantize, gemm, grouped-gemm, bench or demo; ",
+                "' (expected quantize, dequantize, gemm, grouped-gemm, bench, demo or train; ",
                 "see mxtrain --help)");
   return command(rest);
 }

@@ -1,0 +1,362 @@
+// `mxtrain train`: trains the MoE byte-level language model (mxtrain/train.h) in one or
+// several precisions on the same data and seed, prints the side-by-side table and writes
+// the run directory (mxtrain/train_report.h). Exit codes: 0 done, 2 bad input (nothing
+// written), 3 the loss became NaN or Inf (the last checkpoint stays intact).
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
+#include <limits>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "args.h"
+#include "commands.h"
+#include "mxtrain/data.h"
+#include "mxtrain/error.h"
+#include "mxtrain/memory.h"
+#include "mxtrain/train.h"
+#include "mxtrain/train_report.h"
+
+namespace mxtrain::cli {
+namespace {
+
+constexpr char kUsage[] =
+    R"(usage: mxtrain train [--runs LIST | --precision fp32|bf16|mxfp8] [--recipe e4m3|hybrid]
+         [--scale rceil|floor|ceil|even] [--input-policy quantized|deferred]
+         [--weight-policy quantized|deferred] [--reuse-weights] [--steps N] [--data FILE]
+         [--out DIR] [--seed S] [--threads T] [--checkpoint-every N] [--resume DIR]
+         [--d-model D] [--layers L] [--heads H] [--experts E] [--top-k K] [--d-ff F]
+         [--context T] [--batch B] [--micro-batches M] [--lr LR] [--warmup N]
+         [--eval-every N] [--stop-after N]
+  Trains a byte-level decoder-only transformer with mixture-of-experts blocks (every
+  matmul through the MXFP8 Linear / GroupedLinear ops) and prints, per run, the final
+  train and validation loss, the gap to bf16, tokens/s, step time, peak memory and
+  saved-for-backward bytes. With no arguments: runs bf16, mxfp8-quantized and
+  mxfp8-deferred on the built-in corpus with the same seed.
+  --runs LIST        any of bf16, fp32, mxfp8-quantized, mxfp8-deferred (comma-separated;
+                     default bf16,mxfp8-quantized,mxfp8-deferred). The mxfp8 runs set both
+                     save policies as named and reuse quantized weights across the
+                     micro-batches of a step; --recipe and --scale apply to them.
+  --precision P      one run in precision P instead; for mxfp8 the recipe, scale rule,
+                     policies (default quantized) and --reuse-weights apply, and are
+                     errors with fp32 or bf16
+  --steps N          optimizer steps per run (default 150)
+  --data FILE        train on FILE's bytes (last tenth for validation) instead of the
+                     built-in corpus
+  --out DIR          the run directory (default: a new folder under runs/); holds
+                     summary.json, plot.svg and per run NAME/metrics.csv and
+                     NAME/checkpoint.safetensors
+  --seed S           initial weights and batch sampling (default 1)
+  --threads T        OpenMP threads (default: all cores)
+  --checkpoint-every N  also checkpoint every N steps (always at the end)
+  --resume DIR       continue the runs from DIR/NAME/checkpoint.safetensors (the same
+                     model flags); writes into DIR unless --out is given
+  --stop-after N     stop each run after step N of the --steps schedule, checkpointing
+                     there (continue later with --resume)
+  model: --d-model 128 --layers 2 --heads 4 --experts 4 --top-k 2 --d-ff 256 --context 64
+  batch: --batch 16 sequences per micro-batch, --micro-batches 2 (gradient accumulation)
+  optimizer: --lr 3e-3 peak (cosine to a tenth), --warmup 20 steps; --eval-every 50
+Progress goes to stderr (a bar when it is a terminal). Exit codes: 0 done, 2 bad input
+(one line, nothing written), 3 the loss became NaN or Inf (message names the step).)";
+
+struct RunSpec {
+  std::string name;
+  Recipe recipe;
+};
+
+double ParseDouble(const std::string& text, const char* what) {
+  size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(text, &used);
+  } catch (const std::logic_error&) {
+    used = 0;
+  }
+  MXTRAIN_CHECK(used == text.size() && std::isfinite(v) && v > 0, what, " value '", text,
+                "' is not a positive number");
+  return v;
+}
+
+std::vector<RunSpec> RunSpecs(const ParsedArgs& args) {
+  std::optional<RecipeFormats> formats;
+  std::optional<ScaleRule> scale;
+  if (args.Has("recipe")) formats = ParseRecipeFormats(args.Get("recipe"));
+  if (args.Has("scale")) scale = ParseScaleRule(args.Get("scale"));
+  std::vector<RunSpec> specs;
+  if (args.Has("precision")) {
+    MXTRAIN_CHECK(!args.Has("runs"), "--precision and --runs cannot be combined");
+    RecipeOptions o;
+    o.precision = ParsePrecision(args.Get("precision"));
+    o.formats = formats;
+    o.scale = scale;
+    if (args.Has("input-policy")) o.input_policy = ParseSavePolicy(args.Get("input-policy"));
+    if (args.Has("weight-policy")) o.weight_policy = ParseSavePolicy(args.Get("weight-policy"));
+    o.reuse_quantized_weights = args.Has("reuse-weights");
+    const Recipe r = Recipe::Make(o);  // rejects MXFP8 options with fp32 / bf16
+    std::string name(Name(r.precision()));
+    if (r.mxfp8()) {
+      name = r.input_policy() == r.weight_policy()
+                 ? StrCat("mxfp8-", Name(r.input_policy()))
+                 : StrCat("mxfp8-in-", Name(r.input_policy()), "-w-", Name(r.weight_policy()));
+    }
+    specs.push_back({name, r});
+    return specs;
+  }
+  for (const char* flag : {"input-policy", "weight-policy"}) {
+    MXTRAIN_CHECK(!args.Has(flag), "--", flag,
+                  " needs --precision mxfp8 (the --runs presets set the policies)");
+  }
+  const std::string list = args.Get("runs", "bf16,mxfp8-quantized,mxfp8-deferred");
+  size_t begin = 0;
+  bool any_mx = false;
+  while (true) {
+    const size_t comma = list.find(',', begin);
+    const std::string name = list.substr(begin, comma == std::string::npos ? comma : comma - begin);
+    for (const RunSpec& s : specs) {
+      MXTRAIN_CHECK(s.name != name, "--runs names '", name, "' twice");
+    }
+    RecipeOptions o;
+    if (name == "bf16" || name == "fp32") {
+      o.precision = ParsePrecision(name);
+    } else if (name == "mxfp8-quantized" || name == "mxfp8-deferred") {
+      const SavePolicy p =
+          name == "mxfp8-quantized" ? SavePolicy::kQuantized : SavePolicy::kDeferred;
+      o.precision = Precision::kMxfp8;
+      o.formats = formats;
+      o.scale = scale;
+      o.input_policy = p;
+      o.weight_policy = p;
+      o.reuse_quantized_weights = true;
+      any_mx = true;
+    } else {
+      Fail("--runs entry '", name, "' is not one of bf16, fp32, mxfp8-quantized, mxfp8-deferred");
+    }
+    specs.push_back({name, Recipe::Make(o)});
+    if (comma == std::string::npos) break;
+    begin = comma + 1;
+  }
+  if (!any_mx) {
+    for (const char* flag : {"recipe", "scale", "reuse-weights"}) {
+      MXTRAIN_CHECK(!args.Has(flag), "--", flag, " is only valid when MXFP8 is enabled (--runs '",
+                    list, "' has no mxfp8 run)");
+    }
+  }
+  return specs;
+}
+
+std::string Duration(double seconds) {
+  const int s = static_cast<int>(std::lround(std::max(0.0, seconds)));
+  char buf[32];
+  if (s >= 60) {
+    std::snprintf(buf, sizeof buf, "%dm%02ds", s / 60, s % 60);
+  } else {
+    std::snprintf(buf, sizeof buf, "%ds", s);
+  }
+  return buf;
+}
+
+// Progress on stderr: a bar redrawn in place on a terminal, else a plain line every tenth
+// of a run.
+class Progress {
+ public:
+  Progress(int64_t total_steps) : total_(total_steps), tty_(isatty(2) != 0) {}
+  void Begin(const std::string& run, int64_t steps) {
+    run_ = run;
+    run_steps_ = steps;
+  }
+  void Step(const StepMetrics& m) {
+    ++done_;
+    const double elapsed =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    const double eta =
+        done_ > 0 ? elapsed / static_cast<double>(done_) * static_cast<double>(total_ - done_) : 0;
+    if (tty_) {
+      constexpr int kWidth = 30;
+      const int filled = static_cast<int>(kWidth * done_ / std::max<int64_t>(total_, 1));
+      std::fprintf(stderr, "\r%-16s [%s%s] step %lld/%lld  loss %.4f  ETA %s   ", run_.c_str(),
+                   std::string(filled, '#').c_str(), std::string(kWidth - filled, '.').c_str(),
+                   static_cast<long long>(m.step), static_cast<long long>(run_steps_), m.train_loss,
+                   Duration(eta).c_str());
+      if (done_ == total_) std::fputs("\n", stderr);
+    } else if (m.step % std::max<int64_t>(1, run_steps_ / 10) == 0 || m.step == run_steps_) {
+      std::fprintf(stderr, "mxtrain train: %s step %lld/%lld loss %.4f%s (%.0f ms/step, ETA %s)\n",
+                   run_.c_str(), static_cast<long long>(m.step), static_cast<long long>(run_steps_),
+                   m.train_loss, std::isnan(m.val_loss) ? "" : StrCat(" val ", m.val_loss).c_str(),
+                   m.step_ms, Duration(eta).c_str());
+    }
+    std::fflush(stderr);
+  }
+  // Ends a bar's line (before an error message).
+  void EndLine() {
+    if (tty_ && done_ > 0 && done_ < total_) std::fputs("\n", stderr);
+  }
+
+ private:
+  int64_t total_, done_ = 0, run_steps_ = 0;
+  bool tty_;
+  std::string run_;
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+};
+
+int Train(const ParsedArgs& args) {
+  args.ExpectPositional(0, "no positional arguments");
+  const std::vector<RunSpec> specs = RunSpecs(args);
+
+  TrainConfig base;
+  ModelConfig& m = base.model;
+  m.d_model = ParseInt(args.Get("d-model", "128"), "--d-model", 1, 8192);
+  m.n_layers = ParseInt(args.Get("layers", "2"), "--layers", 1, 64);
+  m.n_heads = ParseInt(args.Get("heads", "4"), "--heads", 1, 256);
+  m.n_experts = ParseInt(args.Get("experts", "4"), "--experts", 1, 256);
+  m.top_k = ParseInt(args.Get("top-k", "2"), "--top-k", 1, 256);
+  m.d_ff = ParseInt(args.Get("d-ff", "256"), "--d-ff", 1, 65536);
+  m.context = ParseInt(args.Get("context", "64"), "--context", 1, 4096);
+  m.Validate();
+  base.steps = ParseInt(args.Get("steps", "150"), "--steps", 1, 10000000);
+  base.batch_size = ParseInt(args.Get("batch", "16"), "--batch", 1, 65536);
+  base.micro_batches = ParseInt(args.Get("micro-batches", "2"), "--micro-batches", 1, 1024);
+  base.seed = static_cast<uint64_t>(
+      ParseInt(args.Get("seed", "1"), "--seed", 0, std::numeric_limits<int64_t>::max()));
+  base.threads = static_cast<int>(ParseInt(args.Get("threads", "0"), "--threads", 0, 1024));
+  base.checkpoint_every =
+      ParseInt(args.Get("checkpoint-every", "0"), "--checkpoint-every", 0, 10000000);
+  base.stop_after = ParseInt(args.Get("stop-after", "0"), "--stop-after", 0, 10000000);
+  base.eval_every = ParseInt(args.Get("eval-every", "50"), "--eval-every", 0, 10000000);
+  base.lr.peak_lr = ParseDouble(args.Get("lr", "3e-3"), "--lr");
+  base.lr.min_lr = base.lr.peak_lr / 10;
+  base.lr.warmup_steps = ParseInt(args.Get("warmup", "20"), "--warmup", 0, 10000000);
+
+  const Corpus corpus = args.Has("data")
+                            ? LoadCorpusFile(args.Get("data"), m.context)
+                            : SplitCorpus(BuiltinCorpus(), m.context, "the built-in corpus");
+
+  // Every check before anything is written: the checkpoints to resume from, the output.
+  const std::string resume = args.Get("resume");
+  std::vector<TrainConfig> configs;
+  int64_t resumed_steps = 0;
+  for (const RunSpec& s : specs) {
+    TrainConfig c = base;
+    c.name = s.name;
+    c.recipe = s.recipe;
+    if (!resume.empty()) {
+      c.resume_path = CheckpointPath(resume, s.name);
+      resumed_steps += CheckCheckpoint(c.resume_path, c, corpus);
+    }
+    configs.push_back(std::move(c));
+  }
+  std::string out = args.Get("out", resume);
+  if (!out.empty()) {
+    std::error_code ec;
+    MXTRAIN_CHECK(!std::filesystem::exists(out, ec) || std::filesystem::is_directory(out, ec),
+                  "--out '", out, "' exists and is not a directory");
+    std::filesystem::create_directories(out, ec);
+    MXTRAIN_CHECK(!ec, "cannot create directory '", out, "': ", ec.message());
+  } else {
+    out = MakeRunDirectory("runs");
+  }
+
+  std::printf(
+      "mxtrain train: %lld-layer MoE transformer (%s), %s: %zu train / %zu val bytes, "
+      "unigram entropy %.3f nats\n",
+      static_cast<long long>(m.n_layers), m.ToString().c_str(), corpus.source.c_str(),
+      corpus.train.size(), corpus.val.size(), UnigramEntropy(corpus.val));
+  std::printf("%lld steps x %lld micro-batches x %lld sequences, seed %llu\n",
+              static_cast<long long>(base.steps), static_cast<long long>(base.micro_batches),
+              static_cast<long long>(base.batch_size), static_cast<unsigned long long>(base.seed));
+  std::fflush(stdout);
+
+  const int64_t run_steps =
+      base.stop_after > 0 ? std::min(base.stop_after, base.steps) : base.steps;
+  // Freed buffers kept for reuse (memory.h): a step's expert groups change size every
+  // micro-batch, so the default 1 GiB fills with sizes asked for once (1.1 GB resident for
+  // a 50 MiB working set); 64 MiB keeps the recurring sizes.
+  SetMemoryCacheLimit(int64_t{64} << 20);
+  Progress progress(run_steps * static_cast<int64_t>(configs.size()) - resumed_steps);
+  std::vector<TrainResult> results;
+  for (TrainConfig& c : configs) {
+    RunSubdirectory(out, c.name);
+    c.checkpoint_path = CheckpointPath(out, c.name);
+    progress.Begin(c.name, run_steps);
+    c.on_step = [&progress](const StepMetrics& s) { progress.Step(s); };
+    TrainResult r;
+    try {
+      r = mxtrain::Train(c, corpus);
+    } catch (const NonFiniteLossError& e) {
+      progress.EndLine();
+      PrintError(StrCat(c.name, ": ", e.what()));
+      return 3;
+    }
+    WriteRunMetrics(out, r);
+    results.push_back(std::move(r));
+  }
+  WriteJobSummary(out, results);
+  std::fputs(ComparisonTable(results).c_str(), stdout);
+  double seconds = 0;
+  for (const TrainResult& r : results) seconds += r.seconds;
+  std::printf(
+      "%.1f s in all; wrote %s (summary.json, plot.svg, per run metrics.csv and "
+      "checkpoint.safetensors)\n",
+      seconds, out.c_str());
+  return 0;
+}
+
+}  // namespace
+
+int RunTrain(const std::vector<std::string>& argv) {
+  // OpenMP threads that spin between parallel regions (libgomp's default, active waiting)
+  // starve the training loop's serial parts whenever the cores are shared: measured on the
+  // 2-core VM under load, 1.3 to 9 s per step against 0.3 s with passive waiting. libgomp
+  // reads the policy once, when it loads, so the command runs itself again with it set.
+  if (std::getenv("OMP_WAIT_POLICY") == nullptr && setenv("OMP_WAIT_POLICY", "PASSIVE", 1) == 0) {
+    std::vector<std::string> args = {"mxtrain", "train"};
+    args.insert(args.end(), argv.begin(), argv.end());
+    std::vector<char*> cargs;
+    for (std::string& a : args) cargs.push_back(a.data());
+    cargs.push_back(nullptr);
+    std::fflush(stdout);
+    execv("/proc/self/exe", cargs.data());  // returns only on failure: carry on as we are
+  }
+  return RunReportingErrors([&] {
+    const ParsedArgs args = ParsedArgs::Parse(argv, "mxtrain train",
+                                              {{"runs"},
+                                               {"precision"},
+                                               {"recipe"},
+                                               {"scale"},
+                                               {"input-policy"},
+                                               {"weight-policy"},
+                                               {"reuse-weights", false},
+                                               {"steps"},
+                                               {"data"},
+                                               {"out"},
+                                               {"seed"},
+                                               {"threads"},
+                                               {"checkpoint-every"},
+                                               {"resume"},
+                                               {"d-model"},
+                                               {"layers"},
+                                               {"heads"},
+                                               {"experts"},
+                                               {"top-k"},
+                                               {"d-ff"},
+                                               {"context"},
+                                               {"batch"},
+                                               {"micro-batches"},
+                                               {"lr"},
+                                               {"warmup"},
+                                               {"eval-every"},
+                                               {"stop-after"}});
+    if (args.help()) {
+      std::cout << kUsage << "\n";
+      return 0;
+    }
+    return Train(args);
+  });
+}
+
+}  // namespace mxtrain::cli

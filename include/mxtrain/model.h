@@ -1,0 +1,106 @@
+// The training model: a byte-level decoder-only transformer language model with
+// mixture-of-experts feed-forward blocks (docs/decisions.md "Training").
+//
+//   x = Embedding(ids)                                       [B*T, D]
+//   N blocks:  x += Wo . Attention(Wq . n, Wk . n, Wv . n),  n = RMSNorm(x)
+//              x += Unpermute(W2 . SwiGLU(W13 . Permute(n)), router weights),
+//                   n = RMSNorm(x), top-k experts from Router . n
+//   logits = LMHead . RMSNorm(x);  loss = CrossEntropy(logits, next bytes)
+//                                        + aux_coef * sum of the routers' balance losses
+//
+// Every matmul runs through Linear / GroupedLinear (linear.h) with the model's Recipe: Wq,
+// Wk, Wv, Wo, the experts' fused gate/up W13 and down W2, and the LM head. The router's
+// small [D, E] projection is a Linear too, always in fp32, as MXFP8 recipes keep it (its
+// top-k is a discrete choice that rounding would flip). The rest is fp32 (nn.h), and so is
+// the residual stream; as under autocast, what enters a bf16 or MXFP8 matmul (and its
+// output gradient) is bf16, so that a matmul's input is saved, or referenced by the
+// deferred policy, at 2 bytes per element, and a bf16 copy feeds Wq, Wk and Wv at once.
+// Parameters are fp32 master weights; backward accumulates their gradients into
+// main_grad, so micro-batches of one optimizer step add up there.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "mxtrain/grouped_linear.h"
+#include "mxtrain/linear.h"
+#include "mxtrain/parameter.h"
+#include "mxtrain/recipe.h"
+#include "mxtrain/weight_cache.h"
+
+namespace mxtrain {
+
+struct ModelConfig {
+  int64_t vocab = 256;
+  int64_t d_model = 128;
+  int64_t n_layers = 2;
+  int64_t n_heads = 4;
+  int64_t n_experts = 4;
+  int64_t top_k = 2;
+  int64_t d_ff = 256;  // each expert's hidden width
+  int64_t context = 64;
+  double aux_loss_coef = 0.01;
+
+  // Throws Error naming the first bad field (sizes >= 1, heads dividing d_model, top_k <=
+  // n_experts, vocab 256: the model reads bytes).
+  void Validate() const;
+  // "d_model=128 n_layers=2 ..." and its parse (for checkpoint metadata).
+  std::map<std::string, std::string> ToMetadata() const;
+  static ModelConfig FromMetadata(const std::map<std::string, std::string>& metadata);
+  bool operator==(const ModelConfig& other) const = default;
+  std::string ToString() const;
+};
+
+// Losses of one forward pass over a micro-batch.
+struct LossParts {
+  double loss = 0;  // mean cross-entropy over the micro-batch's tokens (nats)
+  double aux = 0;   // sum over layers of the routers' load-balancing losses
+};
+
+class Model {
+ public:
+  // Parameters initialized from `seed` (same seed, same values, on any machine); ops use
+  // `recipe` and their own weight cache (reused when the recipe says so).
+  Model(const ModelConfig& config, const Recipe& recipe, uint64_t seed, int threads = 0);
+  ~Model();
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
+
+  // Forward and backward over `batch` sequences of config().context bytes: ids and
+  // targets [batch * context]. Gradients of (loss + aux_coef * aux) * grad_scale are added
+  // into every parameter's main_grad.
+  LossParts ForwardBackward(std::span<const int32_t> ids, std::span<const int32_t> targets,
+                            int64_t batch, float grad_scale);
+  // Forward only (nothing saved): the mean cross-entropy.
+  double Evaluate(std::span<const int32_t> ids, std::span<const int32_t> targets, int64_t batch);
+
+  // Every parameter, in a fixed order with unique names ("layers.0.attn.wq.weight").
+  const std::vector<std::shared_ptr<Parameter>>& parameters() const { return params_; }
+  int64_t NumParameters() const;
+  WeightQuantCache& cache() { return cache_; }
+  const ModelConfig& config() const { return config_; }
+  const Recipe& recipe() const { return recipe_; }
+
+ private:
+  struct Block;
+  struct Tape;
+  void SetRequiresGrad(bool value);
+  // What a matmul of this recipe takes: bf16 (fp32 for the fp32 recipe).
+  Tensor ToMatmulInput(const Tensor& t) const;
+
+  ModelConfig config_;
+  Recipe recipe_;
+  int threads_;
+  WeightQuantCache cache_;
+  std::shared_ptr<Parameter> embed_;
+  std::vector<std::unique_ptr<Block>> blocks_;
+  std::shared_ptr<Parameter> final_norm_;
+  std::unique_ptr<Linear> lm_head_;
+  std::vector<std::shared_ptr<Parameter>> params_;
+};
+
+}  // namespace mxtrain

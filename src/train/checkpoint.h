@@ -1,0 +1,31 @@
+// Internal: checkpoints of a training run in the safetensors format (safetensors.h):
+// every parameter ("param/<name>"), AdamW's moments ("adam.m/<name>", "adam.v/<name>"),
+// and in the metadata the step, the model configuration, the run's settings and its
+// metrics so far (so that a resumed run reports every step).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "mxtrain/model.h"
+#include "mxtrain/optim.h"
+#include "mxtrain/tensor.h"
+
+namespace mxtrain::internal {
+
+struct CheckpointState {
+  int64_t step = 0;
+  std::vector<Tensor> params, exp_avg, exp_avg_sq;  // in model.parameters() order
+  std::map<std::string, std::string> metadata;
+};
+
+// Writes atomically (temporary file, then rename); throws Error.
+void WriteCheckpoint(const std::string& path, const Model& model, const AdamW& optimizer,
+                     const std::map<std::string, std::string>& metadata);
+// Reads and checks against the model: the same configuration (named in the error when
+// not), every tensor present with the parameter's shape. Throws Error.
+CheckpointState ReadCheckpoint(const std::string& path, const Model& model);
+
+}  // namespace mxtrain::internal

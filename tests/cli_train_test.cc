@@ -1,0 +1,229 @@
+// `mxtrain train` end to end on a tiny model: the run directory's files (summary.json with
+// its keys, metrics.csv per run, checkpoints whose safetensors header is checked by hand
+// and that load back), resume through the CLI, bad input (exit 2, one line, nothing
+// written) and a diverging run (exit 3, the last good checkpoint intact).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "mxtrain/json.h"
+#include "mxtrain/mx_tensor.h"  // cli_test_util.h uses it without including it
+#include "mxtrain/safetensors.h"
+// After the library headers (a block of its own, so that include sorting keeps it here).
+#include "cli_test_util.h"
+#include "test_util.h"
+
+namespace mxtrain {
+namespace {
+
+namespace fs = std::filesystem;
+using testing_util::ReadBytes;
+using testing_util::RunResult;
+using testing_util::WriteBytes;
+
+class CliTrainTest : public testing_util::CliFixture {
+ protected:
+  // A model small enough for a few steps under the sanitizers in about a second.
+  static std::vector<std::string> Tiny(std::vector<std::string> args) {
+    for (const char* a :
+         {"--d-model",    "32", "--layers",  "1",  "--heads",   "2",  "--experts", "4",
+          "--top-k",      "2",  "--d-ff",    "32", "--context", "16", "--batch",   "4",
+          "--eval-every", "2",  "--threads", "2"}) {
+      args.push_back(a);
+    }
+    return args;
+  }
+  RunResult RunTrain(std::vector<std::string> args) const {
+    args.insert(args.begin(), "train");
+    return Run(Tiny(args));
+  }
+};
+
+// The train_loss column of a metrics.csv.
+std::vector<std::string> TrainLosses(const std::string& csv_path) {
+  std::istringstream in(ReadBytes(csv_path));
+  std::string line;
+  std::getline(in, line);
+  EXPECT_EQ(line.rfind("step,train_loss,", 0), 0u) << line;
+  std::vector<std::string> losses;
+  while (std::getline(in, line)) {
+    const size_t a = line.find(',');
+    losses.push_back(line.substr(a + 1, line.find(',', a + 1) - a - 1));
+  }
+  return losses;
+}
+
+// The safetensors header by hand: 8-byte little-endian length, JSON whose entries have an
+// F32 dtype, the loaded tensor's shape and offsets that tile the data buffer in order.
+void ExpectCheckpointLoads(const std::string& path, int64_t step) {
+  SCOPED_TRACE(path);
+  const std::string bytes = ReadBytes(path);
+  ASSERT_GE(bytes.size(), 8u);
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = n << 8 | static_cast<unsigned char>(bytes[i]);
+  ASSERT_LE(8 + n, bytes.size());
+  const Json header = Json::Parse(std::string_view(bytes).substr(8, n));
+  const SafetensorsFile file = ReadSafetensors(path);
+  EXPECT_EQ(file.metadata.at("train.step"), std::to_string(step));
+  EXPECT_EQ(file.metadata.at("model.d_model"), "32");
+  int64_t offset = 0, params = 0;
+  for (const NamedTensor& t : file.tensors) {
+    const Json& e = header.At(t.name);
+    EXPECT_EQ(e.At("dtype").AsString(), "F32");
+    std::vector<int64_t> shape;
+    for (const Json& d : e.At("shape").AsArray()) shape.push_back(d.AsInt());
+    EXPECT_EQ(shape, t.tensor.shape().dims()) << t.name;
+    EXPECT_EQ(e.At("data_offsets").At(0).AsInt(), offset) << t.name;
+    offset += static_cast<int64_t>(t.tensor.NumBytes());
+    EXPECT_EQ(e.At("data_offsets").At(1).AsInt(), offset) << t.name;
+    params += t.name.rfind("param/", 0) == 0;
+  }
+  EXPECT_EQ(static_cast<uint64_t>(offset), bytes.size() - 8 - n);
+  // Per layer: 2 norms, q, k, v, o, router, w13, w2; plus embedding, final norm, head.
+  EXPECT_EQ(params, 9 + 3);
+  EXPECT_EQ(file.tensors.size(), 3u * 12);
+}
+
+TEST_F(CliTrainTest, WritesTheRunDirectory) {
+  const RunResult r = RunTrain({"--steps", "4", "--out", Out("run")});
+  ASSERT_EQ(r.code, 0) << r.err;
+  for (const char* want : {"gap_bf16", "\nbf16 ", "\nmxfp8-quantized ", "\nmxfp8-deferred "}) {
+    EXPECT_NE(r.out.find(want), std::string::npos) << want << " in\n" << r.out;
+  }
+  const Json summary = Json::Parse(ReadBytes(Out("run/summary.json")));
+  ASSERT_EQ(summary.size(), 3u);
+  const char* names[] = {"bf16", "mxfp8-quantized", "mxfp8-deferred"};
+  for (size_t i = 0; i < 3; ++i) {
+    const Json& s = summary.At(i);
+    EXPECT_EQ(s.At("name").AsString(), names[i]);
+    for (const char* key : {"final_train_loss", "final_val_loss", "tokens_per_s", "step_ms"}) {
+      EXPECT_GT(s.At(key).AsNumber(), 0) << key;
+    }
+    for (const char* key : {"peak_bytes", "saved_bytes"}) EXPECT_GT(s.At(key).AsInt(), 0) << key;
+    const std::string run = Out(std::string("run/") + names[i]);
+    EXPECT_EQ(TrainLosses(run + "/metrics.csv").size(), 4u);
+    ExpectCheckpointLoads(run + "/checkpoint.safetensors", 4);
+  }
+  EXPECT_EQ(summary.At(0).At("precision").AsString(), "bf16");
+  EXPECT_TRUE(summary.At(0).At("input_policy").is_null());
+  EXPECT_EQ(summary.At(1).At("input_policy").AsString(), "quantized");
+  EXPECT_EQ(summary.At(2).At("weight_policy").AsString(), "deferred");
+  // The two MXFP8 policies compute the same numbers.
+  EXPECT_EQ(summary.At(1).At("final_val_loss").AsNumber(),
+            summary.At(2).At("final_val_loss").AsNumber());
+  EXPECT_NE(ReadBytes(Out("run/plot.svg")).find("<svg"), std::string::npos);
+}
+
+TEST_F(CliTrainTest, OneRunWithItsRecipe) {
+  const RunResult r = RunTrain({"--precision", "mxfp8", "--recipe", "hybrid", "--scale", "floor",
+                                "--input-policy", "deferred", "--steps", "2", "--out", Out("one")});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const Json summary = Json::Parse(ReadBytes(Out("one/summary.json")));
+  ASSERT_EQ(summary.size(), 1u);
+  EXPECT_EQ(summary.At(0).At("name").AsString(), "mxfp8-in-deferred-w-quantized");
+  EXPECT_EQ(summary.At(0).At("recipe").AsString(),
+            "mxfp8 hybrid floor input=deferred weight=quantized");
+  EXPECT_EQ(summary.At(0).At("cache_hits").AsInt(), 0);  // no --reuse-weights
+  EXPECT_EQ(r.out.find("gap_bf16") != std::string::npos, true);
+}
+
+TEST_F(CliTrainTest, ResumeContinuesBitForBit) {
+  const std::vector<std::string> run = {"--runs", "bf16,mxfp8-deferred", "--steps", "6"};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = run;
+    args.insert(args.end(), extra.begin(), extra.end());
+    return args;
+  };
+  ASSERT_EQ(RunTrain(with({"--out", Out("full")})).code, 0);
+  ASSERT_EQ(RunTrain(with({"--out", Out("part"), "--stop-after", "3"})).code, 0);
+  ExpectCheckpointLoads(Out("part/bf16/checkpoint.safetensors"), 3);
+  const RunResult r = RunTrain(with({"--resume", Out("part")}));
+  ASSERT_EQ(r.code, 0) << r.err;
+  for (const char* name : {"bf16", "mxfp8-deferred"}) {
+    SCOPED_TRACE(name);
+    const std::vector<std::string> full = TrainLosses(Out("full/") + name + "/metrics.csv");
+    EXPECT_EQ(full.size(), 6u);
+    EXPECT_EQ(TrainLosses(Out("part/") + name + "/metrics.csv"), full);
+    ExpectCheckpointLoads(Out("part/") + name + "/checkpoint.safetensors", 6);
+  }
+  EXPECT_EQ(Json::Parse(ReadBytes(Out("part/summary.json"))).At(0).At("final_val_loss").AsNumber(),
+            Json::Parse(ReadBytes(Out("full/summary.json"))).At(0).At("final_val_loss").AsNumber());
+}
+
+TEST_F(CliTrainTest, DivergingRunExitsThreeKeepingTheLastGoodCheckpoint) {
+  const RunResult r = RunTrain({"--runs", "fp32", "--steps", "10", "--lr", "1e30", "--warmup", "0",
+                                "--checkpoint-every", "1", "--out", Out("nan")});
+  EXPECT_EQ(r.code, 3) << r.err;
+  const std::string tail = r.err.substr(r.err.rfind("mxtrain: error: "));
+  EXPECT_EQ(std::count(tail.begin(), tail.end(), '\n'), 1) << r.err;
+  EXPECT_NE(tail.find("fp32: training diverged"), std::string::npos) << tail;
+  const size_t at = tail.find("at step ");
+  ASSERT_NE(at, std::string::npos) << tail;
+  const int64_t step = std::stoll(tail.substr(at + 8));
+  EXPECT_GE(step, 2);
+  ExpectCheckpointLoads(Out("nan/fp32/checkpoint.safetensors"), step - 1);
+}
+
+TEST_F(CliTrainTest, BadInputExitsTwoWritingNothing) {
+  WriteBytes(In("empty.txt"), "");
+  WriteBytes(In("short.txt"), std::string(20, 'x'));
+  const std::string out = Out("run");
+  ExpectBadInput(Tiny({"train", "--data", In("missing.txt"), "--out", out}), "does not exist");
+  ExpectBadInput(Tiny({"train", "--data", In("empty.txt"), "--out", out}), "is empty");
+  ExpectBadInput(Tiny({"train", "--data", In("short.txt"), "--out", out}), "too few");
+  ExpectBadInput(Tiny({"train", "--data", base_ + "/in", "--out", out}), "is a directory");
+  ExpectBadInput({"train", "--precision", "bf16", "--input-policy", "deferred", "--out", out},
+                 "only valid when MXFP8 is enabled");
+  ExpectBadInput({"train", "--precision", "fp32", "--reuse-weights", "--out", out},
+                 "only valid when MXFP8 is enabled");
+  ExpectBadInput({"train", "--runs", "bf16", "--recipe", "hybrid", "--out", out},
+                 "only valid when MXFP8 is enabled");
+  ExpectBadInput({"train", "--weight-policy", "deferred", "--out", out}, "needs --precision mxfp8");
+  ExpectBadInput({"train", "--runs", "bf16,fp8", "--out", out}, "'fp8'");
+  ExpectBadInput({"train", "--runs", "bf16", "--precision", "bf16", "--out", out},
+                 "cannot be combined");
+  ExpectBadInput({"train", "--steps", "0", "--out", out}, "--steps");
+  ExpectBadInput({"train", "--heads", "3", "--out", out}, "n_heads");
+  ExpectBadInput({"train", "--scale", "round", "--out", out}, "round");
+  ExpectBadInput({"train", "--lr", "-1", "--out", out}, "--lr");
+  ExpectBadInput({"train", "--resume", Out("nowhere"), "--out", out}, "does not exist");
+}
+
+TEST_F(CliTrainTest, MismatchedCheckpointExitsTwoLeavingItAsItWas) {
+  ASSERT_EQ(RunTrain({"--runs", "bf16", "--steps", "2", "--out", Out("a")}).code, 0);
+  const std::string ckpt = Out("a/bf16/checkpoint.safetensors");
+  const std::string before = ReadBytes(ckpt);
+  const std::string metrics = ReadBytes(Out("a/bf16/metrics.csv"));
+  // --d-ff 64 after Tiny's 32: parsed flags may not repeat, so build the line by hand.
+  ExpectBadInput({"train", "--runs",    "bf16", "--steps", "4", "--resume",  Out("a"), "--d-model",
+                  "32",    "--layers",  "1",    "--heads", "2", "--experts", "4",      "--d-ff",
+                  "64",    "--context", "16",   "--batch", "4"},
+                 "d_ff=32", {"a"});
+  EXPECT_EQ(ReadBytes(ckpt), before);
+  EXPECT_EQ(ReadBytes(Out("a/bf16/metrics.csv")), metrics);
+  WriteBytes(In("other.txt"), std::string(4000, 'z'));
+  ExpectBadInput(Tiny({"train", "--runs", "bf16", "--steps", "4", "--resume", Out("a"), "--data",
+                       In("other.txt")}),
+                 "other data", {"a"});
+  ExpectBadInput(
+      Tiny({"train", "--runs", "bf16", "--steps", "4", "--resume", Out("a"), "--seed", "7"}),
+      "run.seed 1, this run has 7", {"a"});
+  EXPECT_EQ(ReadBytes(ckpt), before);
+  WriteBytes(ckpt, "not a checkpoint");
+  ExpectBadInput(Tiny({"train", "--runs", "bf16", "--steps", "4", "--resume", Out("a")}),
+                 "checkpoint.safetensors", {"a"});
+}
+
+TEST_F(CliTrainTest, HelpListsTheCommand) {
+  const RunResult r = Run({"--help"});
+  EXPECT_EQ(r.code, 0);
+  EXPECT_NE(r.out.find("mxtrain train [--runs LIST"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace mxtrain
