@@ -147,23 +147,33 @@ Tensor Permute(const Tensor& x, const Permutation& p, int threads) {
   return xs;
 }
 
+namespace {
+
+// out[t] = sum over the token's k slots j of w_j * in[position[t, j]] (w_j = 1 without
+// weights): the un-permutation and, without weights, the permutation's gradient.
+void CombineSlots(const float* in, const Permutation& p, const float* w, int64_t d, float* out,
+                  int threads) {
+#pragma omp parallel for num_threads(Threads(threads)) schedule(static)
+  for (int64_t t = 0; t < p.num_tokens; ++t) {
+    float* row = out + t * d;
+    for (int64_t c = 0; c < d; ++c) row[c] = 0;
+    for (int j = 0; j < p.k; ++j) {
+      const float wj = w != nullptr ? w[t * p.k + j] : 1.0f;
+      const float* src = in + p.position[t * p.k + j] * d;
+      for (int64_t c = 0; c < d; ++c) row[c] += wj * src[c];
+    }
+  }
+}
+
+}  // namespace
+
 Tensor PermuteBackward(const Tensor& dxs, const Permutation& p, int threads) {
   CheckF32Matrix(dxs, "permute gradient");
   const int64_t d = dxs.shape()[1];
   MXTRAIN_CHECK(dxs.shape()[0] == static_cast<int64_t>(p.token.size()),
                 "permute backward: gradient rows do not match the permutation");
   Tensor dx = Tensor::Empty(DType::kF32, {p.num_tokens, d}, MemoryCategory::kGradient);
-  const float* in = dxs.data<float>();
-  float* out = dx.data<float>();
-#pragma omp parallel for num_threads(Threads(threads)) schedule(static)
-  for (int64_t t = 0; t < p.num_tokens; ++t) {
-    float* row = out + t * d;
-    for (int64_t c = 0; c < d; ++c) row[c] = 0;
-    for (int j = 0; j < p.k; ++j) {
-      const float* src = in + p.position[t * p.k + j] * d;
-      for (int64_t c = 0; c < d; ++c) row[c] += src[c];
-    }
-  }
+  CombineSlots(dxs.data<float>(), p, nullptr, d, dx.data<float>(), threads);
   return dx;
 }
 
@@ -174,19 +184,7 @@ Tensor Unpermute(const Tensor& ys, const Permutation& p, const Tensor& weights, 
                 "unpermute: rows or weights do not match the permutation");
   const int64_t d = ys.shape()[1];
   Tensor y = Tensor::Empty(DType::kF32, {p.num_tokens, d});
-  const float* in = ys.data<float>();
-  const float* w = weights.data<float>();
-  float* out = y.data<float>();
-#pragma omp parallel for num_threads(Threads(threads)) schedule(static)
-  for (int64_t t = 0; t < p.num_tokens; ++t) {
-    float* row = out + t * d;
-    for (int64_t c = 0; c < d; ++c) row[c] = 0;
-    for (int j = 0; j < p.k; ++j) {
-      const float wj = w[t * p.k + j];
-      const float* src = in + p.position[t * p.k + j] * d;
-      for (int64_t c = 0; c < d; ++c) row[c] += wj * src[c];
-    }
-  }
+  CombineSlots(ys.data<float>(), p, weights.data<float>(), d, y.data<float>(), threads);
   return y;
 }
 

@@ -144,17 +144,26 @@ void FillWindow(std::span<const uint8_t> data, int64_t context, int64_t offset, 
   }
 }
 
-}  // namespace
-
-Batch SampleBatch(std::span<const uint8_t> data, int64_t context, int64_t batch, uint64_t seed,
-                  int64_t step, int64_t micro) {
-  const int64_t windows = static_cast<int64_t>(data.size()) - context;
-  MXTRAIN_CHECK(windows >= 1, "data of ", data.size(), " bytes is too small for a context of ",
+// A batch of `batch` rows of `context` to fill, and the number of windows `data` holds
+// (throws Error when it holds none).
+Batch EmptyBatch(std::span<const uint8_t> data, int64_t context, int64_t batch,
+                 int64_t* windows) {
+  *windows = static_cast<int64_t>(data.size()) - context;
+  MXTRAIN_CHECK(*windows >= 1, "data of ", data.size(), " bytes is too small for a context of ",
                 context);
   Batch b;
   b.batch = batch;
   b.ids.resize(static_cast<size_t>(batch * context));
   b.targets.resize(b.ids.size());
+  return b;
+}
+
+}  // namespace
+
+Batch SampleBatch(std::span<const uint8_t> data, int64_t context, int64_t batch, uint64_t seed,
+                  int64_t step, int64_t micro) {
+  int64_t windows = 0;
+  Batch b = EmptyBatch(data, context, batch, &windows);
   internal::Rng rng(seed, static_cast<uint64_t>(step) * 1024 + static_cast<uint64_t>(micro));
   for (int64_t r = 0; r < batch; ++r) {
     FillWindow(data, context, static_cast<int64_t>(rng.Below(static_cast<uint64_t>(windows))), r,
@@ -165,13 +174,8 @@ Batch SampleBatch(std::span<const uint8_t> data, int64_t context, int64_t batch,
 
 Batch EvalBatch(std::span<const uint8_t> data, int64_t context, int64_t batch, int64_t index,
                 int64_t count) {
-  const int64_t windows = static_cast<int64_t>(data.size()) - context;
-  MXTRAIN_CHECK(windows >= 1, "data of ", data.size(), " bytes is too small for a context of ",
-                context);
-  Batch b;
-  b.batch = batch;
-  b.ids.resize(static_cast<size_t>(batch * context));
-  b.targets.resize(b.ids.size());
+  int64_t windows = 0;
+  Batch b = EmptyBatch(data, context, batch, &windows);
   const int64_t total = batch * count;
   for (int64_t r = 0; r < batch; ++r) {
     const int64_t j = index * batch + r;
