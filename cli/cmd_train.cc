@@ -51,7 +51,8 @@ constexpr char kUsage[] =
                      built-in corpus
   --out DIR          the run directory (default: a new folder under runs/); holds
                      summary.json, plot.svg and per run NAME/metrics.csv and
-                     NAME/checkpoint.safetensors
+                     NAME/checkpoint.safetensors; refused if it already holds a
+                     run (summary.json) unless resuming
   --seed S           initial weights and batch sampling (default 1)
   --threads T        OpenMP threads (default: all cores)
   --checkpoint-every N  also checkpoint every N steps (always at the end)
@@ -255,6 +256,11 @@ int Train(const ParsedArgs& args) {
     std::error_code ec;
     MXTRAIN_CHECK(!std::filesystem::exists(out, ec) || std::filesystem::is_directory(out, ec),
                   "--out '", out, "' exists and is not a directory");
+    // A new run over an earlier one would leave the earlier runs' files beside the new
+    // summary; continuing it is --resume.
+    MXTRAIN_CHECK(!resume.empty() || !std::filesystem::exists(out + "/summary.json", ec),
+                  "--out '", out, "' already holds a run (summary.json); choose another "
+                  "directory, or continue it with --resume");
     std::filesystem::create_directories(out, ec);
     MXTRAIN_CHECK(!ec, "cannot create directory '", out, "': ", ec.message());
   } else {

@@ -194,6 +194,17 @@ TEST_F(CliTrainTest, BadInputExitsTwoWritingNothing) {
   ExpectBadInput({"train", "--resume", Out("nowhere"), "--out", out}, "does not exist");
 }
 
+TEST_F(CliTrainTest, NewRunOverAnEarlierOneExitsTwoLeavingItAsItWas) {
+  ASSERT_EQ(RunTrain({"--runs", "bf16", "--steps", "2", "--out", Out("a")}).code, 0);
+  const std::string summary = ReadBytes(Out("a/summary.json"));
+  const std::string ckpt = ReadBytes(Out("a/bf16/checkpoint.safetensors"));
+  ExpectBadInput(Tiny({"train", "--runs", "fp32", "--steps", "2", "--out", Out("a")}),
+                 "already holds a run", {"a"});
+  EXPECT_EQ(ReadBytes(Out("a/summary.json")), summary);
+  EXPECT_EQ(ReadBytes(Out("a/bf16/checkpoint.safetensors")), ckpt);
+  EXPECT_FALSE(fs::exists(Out("a/fp32")));
+}
+
 TEST_F(CliTrainTest, MismatchedCheckpointExitsTwoLeavingItAsItWas) {
   ASSERT_EQ(RunTrain({"--runs", "bf16", "--steps", "2", "--out", Out("a")}).code, 0);
   const std::string ckpt = Out("a/bf16/checkpoint.safetensors");
