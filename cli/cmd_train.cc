@@ -19,7 +19,6 @@
 #include "commands.h"
 #include "mxtrain/data.h"
 #include "mxtrain/error.h"
-#include "mxtrain/memory.h"
 #include "mxtrain/train.h"
 #include "mxtrain/train_report.h"
 
@@ -279,10 +278,6 @@ int Train(const ParsedArgs& args) {
 
   const int64_t run_steps =
       base.stop_after > 0 ? std::min(base.stop_after, base.steps) : base.steps;
-  // Freed buffers kept for reuse (memory.h): a step's expert groups change size every
-  // micro-batch, so the default 1 GiB fills with sizes asked for once (1.1 GB resident for
-  // a 50 MiB working set); 64 MiB keeps the recurring sizes.
-  SetMemoryCacheLimit(int64_t{64} << 20);
   Progress progress(run_steps * static_cast<int64_t>(configs.size()) - resumed_steps);
   std::vector<TrainResult> results;
   for (TrainConfig& c : configs) {

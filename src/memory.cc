@@ -99,9 +99,17 @@ BufferCache& Cache() {
   return *cache;
 }
 
+// The allocation size of a buffer of `bytes`. aligned_alloc wants a multiple of the
+// alignment, and at least one byte. Cacheable sizes are rounded up to one of eight classes
+// per power of two (at most 12.5% more), so that a request a little smaller or larger than
+// a freed buffer still reuses it: mixture-of-experts groups change size every micro-batch,
+// and with exact sizes the cache filled with sizes asked for once.
 size_t Padded(size_t bytes) {
-  // aligned_alloc wants a multiple of the alignment, and at least one byte.
-  return ((bytes == 0 ? 1 : bytes) + kAlignment - 1) / kAlignment * kAlignment;
+  const size_t aligned = ((bytes == 0 ? 1 : bytes) + kAlignment - 1) / kAlignment * kAlignment;
+  if (aligned < kCacheMinBytes) return aligned;
+  const int log2 = 63 - __builtin_clzll(aligned);
+  const size_t step = size_t{1} << (log2 - 3);
+  return (aligned + step - 1) / step * step;
 }
 
 }  // namespace

@@ -436,5 +436,33 @@ TEST(Memory, FreedLargeBuffersAreCachedNotCounted) {
   SetMemoryCacheLimit(int64_t{1} << 30);
 }
 
+// Sizes within one class (an eighth of the power of two above 1 MiB: 128 KiB) share a
+// cached buffer; live bytes count what was asked for, the cache what was allocated.
+TEST(Memory, CachedBuffersServeRequestsOfTheirSizeClass) {
+  SetMemoryCacheLimit(int64_t{64} << 20);
+  ReleaseCachedMemory();
+  const int64_t live_before = ReadMemory().total.live_bytes;
+  const void* first = nullptr;
+  {
+    const Tensor t = Tensor::Empty(DType::kU8, {(1 << 20) + 100000});
+    first = t.raw();
+    EXPECT_EQ(ReadMemory().total.live_bytes - live_before, (1 << 20) + 100000);
+  }
+  EXPECT_EQ(ReadMemory().cached_bytes, (1 << 20) + (128 << 10));
+  {
+    const Tensor t = Tensor::Empty(DType::kU8, {(1 << 20) + 70000});  // same class
+    EXPECT_EQ(t.raw(), first);
+    EXPECT_EQ(ReadMemory().cached_bytes, 0);
+    EXPECT_EQ(ReadMemory().total.live_bytes - live_before, (1 << 20) + 70000);
+  }
+  {
+    const Tensor t = Tensor::Empty(DType::kU8, {(1 << 20) + 140000});  // the next class
+    EXPECT_EQ(ReadMemory().cached_bytes, (1 << 20) + (128 << 10));
+  }
+  EXPECT_EQ(ReadMemory().cached_bytes, 2 * (1 << 20) + (128 << 10) + (256 << 10));
+  SetMemoryCacheLimit(int64_t{1} << 30);
+  ReleaseCachedMemory();
+}
+
 }  // namespace
 }  // namespace mxtrain
