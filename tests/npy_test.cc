@@ -1,6 +1,7 @@
 // ReadNpy / WriteNpyFiles: round trips, the exact bytes NumPy's format prescribes, headers
 // written by hand in every accepted variant, each rejected input, and all-or-nothing sets.
 #include "mxtrain/npy.h"
+#include "temp_dir_test.h"
 #include "test_util.h"
 
 #include <gtest/gtest.h>
@@ -43,21 +44,8 @@ std::string Dict(const std::string& descr, const std::string& shape, bool fortra
          ", 'shape': " + shape + ", }\n";
 }
 
-class NpyTest : public ::testing::Test {
+class NpyTest : public testing_util::TempDirTest {
  protected:
-  void SetUp() override {
-    std::string pattern = (fs::temp_directory_path() / "mxtrain_npy_XXXXXX").string();
-    ASSERT_NE(mkdtemp(pattern.data()), nullptr);
-    dir_ = pattern;
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string Path(const std::string& name) const { return dir_ + "/" + name; }
-  std::vector<std::string> Listing() const {
-    std::vector<std::string> names;
-    for (const auto& e : fs::directory_iterator(dir_)) names.push_back(e.path().filename());
-    std::sort(names.begin(), names.end());
-    return names;
-  }
   // ReadNpy must throw an Error naming the path and containing `expect`.
   void ExpectReadError(const std::string& path, const std::string& expect) {
     try {
@@ -76,7 +64,6 @@ class NpyTest : public ::testing::Test {
     ExpectReadError(path, expect);
   }
 
-  std::string dir_;
 };
 
 Tensor Iota(DType dtype, Shape shape) {

@@ -17,6 +17,7 @@
 
 #include "mxtrain/error.h"
 #include "mxtrain/json.h"
+#include "temp_dir_test.h"
 #include "test_util.h"
 
 namespace mxtrain {
@@ -55,27 +56,8 @@ Tensor RandomTensor(DType dtype, const Shape& shape, uint64_t seed) {
   return t;
 }
 
-class SafetensorsTest : public ::testing::Test {
+class SafetensorsTest : public testing_util::TempDirTest {
  protected:
-  void SetUp() override {
-    std::string pattern = (fs::temp_directory_path() / "mxtrain_safetensors_XXXXXX").string();
-    ASSERT_NE(mkdtemp(pattern.data()), nullptr);
-    dir_ = pattern;
-  }
-  void TearDown() override {
-    fs::permissions(dir_, fs::perms::owner_all, fs::perm_options::add);
-    for (const auto& e : fs::recursive_directory_iterator(dir_)) {
-      if (e.is_directory()) fs::permissions(e.path(), fs::perms::owner_all, fs::perm_options::add);
-    }
-    fs::remove_all(dir_);
-  }
-  std::string Path(const std::string& name) const { return dir_ + "/" + name; }
-  std::vector<std::string> Listing(const std::string& dir) const {
-    std::vector<std::string> names;
-    for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename());
-    std::sort(names.begin(), names.end());
-    return names;
-  }
   // ReadSafetensors must throw an Error "<path>: ..." containing `expect`, on one line.
   void ExpectReadError(const std::string& path, const std::string& expect) {
     try {
@@ -103,7 +85,6 @@ class SafetensorsTest : public ::testing::Test {
     }
   }
 
-  std::string dir_;
 };
 
 const std::vector<Shape>& RankShapes() {
