@@ -45,7 +45,7 @@ constexpr char kUsage[] =
   --precision P      one run in precision P instead; for mxfp8 the recipe, scale rule,
                      policies (default quantized) and --reuse-weights apply, and are
                      errors with fp32 or bf16
-  --steps N          optimizer steps per run (default 150)
+  --steps N          optimizer steps per run (default 200)
   --data FILE        train on FILE's bytes (last tenth for validation) instead of the
                      built-in corpus
   --out DIR          the run directory (default: a new folder under runs/); holds
@@ -60,7 +60,7 @@ constexpr char kUsage[] =
   --stop-after N     stop each run after step N of the --steps schedule, checkpointing
                      there (continue later with --resume)
   model: --d-model 128 --layers 2 --heads 4 --experts 4 --top-k 2 --d-ff 256 --context 64
-  batch: --batch 16 sequences per micro-batch, --micro-batches 2 (gradient accumulation)
+  batch: --batch 16 sequences per micro-batch, --micro-batches 4 (gradient accumulation)
   optimizer: --lr 3e-3 peak (cosine to a tenth), --warmup 20 steps; --eval-every 50
 Progress goes to stderr (a bar when it is a terminal). Exit codes: 0 done, 2 bad input
 (one line, nothing written), 3 the loss became NaN or Inf (message names the step).)";
@@ -218,9 +218,9 @@ int Train(const ParsedArgs& args) {
   m.d_ff = ParseInt(args.Get("d-ff", "256"), "--d-ff", 1, 65536);
   m.context = ParseInt(args.Get("context", "64"), "--context", 1, 4096);
   m.Validate();
-  base.steps = ParseInt(args.Get("steps", "150"), "--steps", 1, 10000000);
+  base.steps = ParseInt(args.Get("steps", "200"), "--steps", 1, 10000000);
   base.batch_size = ParseInt(args.Get("batch", "16"), "--batch", 1, 65536);
-  base.micro_batches = ParseInt(args.Get("micro-batches", "2"), "--micro-batches", 1, 1024);
+  base.micro_batches = ParseInt(args.Get("micro-batches", "4"), "--micro-batches", 1, 1024);
   base.seed = static_cast<uint64_t>(
       ParseInt(args.Get("seed", "1"), "--seed", 0, std::numeric_limits<int64_t>::max()));
   base.threads = static_cast<int>(ParseInt(args.Get("threads", "0"), "--threads", 0, 1024));
@@ -310,11 +310,16 @@ int Train(const ParsedArgs& args) {
 }  // namespace
 
 int RunTrain(const std::vector<std::string>& argv) {
-  // OpenMP threads that spin between parallel regions (libgomp's default, active waiting)
-  // starve the training loop's serial parts whenever the cores are shared: measured on the
-  // 2-core VM under load, 1.3 to 9 s per step against 0.3 s with passive waiting. libgomp
-  // reads the policy once, when it loads, so the command runs itself again with it set.
-  if (std::getenv("OMP_WAIT_POLICY") == nullptr && setenv("OMP_WAIT_POLICY", "PASSIVE", 1) == 0) {
+  // OpenMP threads that spin long between parallel regions (libgomp's default) starve the
+  // training loop's serial parts whenever the cores are shared: measured on the 2-core VM
+  // under load, 1.3 to 9 s per step against 0.3 s with passive waiting. Purely passive
+  // waiting costs a futex wake per region instead, and a step has thousands of small
+  // ones: on a quiet machine an mxfp8 step took 144 ms against 64 with a short spin
+  // (20000 iterations) before sleeping, which under load costs 1.2x over passive. libgomp
+  // reads both once, when it loads, so the command runs itself again with them set; a
+  // user's own setting of either is kept.
+  if (std::getenv("OMP_WAIT_POLICY") == nullptr && std::getenv("GOMP_SPINCOUNT") == nullptr &&
+      setenv("OMP_WAIT_POLICY", "PASSIVE", 1) == 0 && setenv("GOMP_SPINCOUNT", "20000", 1) == 0) {
     std::vector<std::string> args = {"mxtrain", "train"};
     args.insert(args.end(), argv.begin(), argv.end());
     std::vector<char*> cargs;
