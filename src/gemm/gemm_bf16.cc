@@ -195,8 +195,8 @@ MXTRAIN_AVX512 void Transpose32x32(uint16_t (*m)[32]) {
 
 // A (logical [I, S]) as 16x32 row tiles: tile (ti, kb) holds rows 16 ti.., K 32 kb..
 // Rows past I and K past S are zero. For columnwise storage, fills tiles ti and ti + 1.
-MXTRAIN_AVX512 void PackATiles(const GemmOperand& op, const Bf16Table& table, int64_t ti, int64_t kbs,
-                            uint16_t* dst) {
+MXTRAIN_AVX512 void PackATiles(const GemmOperand& op, const Bf16Table& table, int64_t ti,
+                               int64_t kbs, uint16_t* dst) {
   if (!op.contract_rows) {
     for (int64_t kb = 0; kb < kbs; ++kb) {
       uint16_t* tile = dst + (ti * kbs + kb) * kTileElems;
@@ -276,8 +276,8 @@ Tensor PackB(const GemmOperand& op, int64_t cols_pad, int64_t kbs, int threads) 
 // over K blocks [kb0, kb1).
 // load_c: false when C is known to be zero (first K chunk, no accumulator): the tiles
 // start from zero instead of a load from memory.
-MXTRAIN_AMX void AmxBlock(const uint16_t* a, const uint16_t* b, int64_t kbs, int64_t kb0, int64_t kb1,
-                       float* c, int64_t ldc, bool load_c) {
+MXTRAIN_AMX void AmxBlock(const uint16_t* a, const uint16_t* b, int64_t kbs, int64_t kb0,
+                          int64_t kb1, float* c, int64_t ldc, bool load_c) {
   const int64_t stride = ldc * static_cast<int64_t>(sizeof(float));
   if (load_c) {
     _tile_loadd(0, c, stride);
