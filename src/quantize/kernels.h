@@ -19,6 +19,7 @@ struct QuantSource {
   int64_t cols;
   ElementFormat format;
   ScaleRule rule;
+  const uint32_t* scale_table;  // ScaleTableFor(rule, format).entry
 };
 
 // Rowwise outputs: data [rows, cols], scales [rows, ceil(cols/32)].
@@ -46,7 +47,7 @@ struct QuantKernels {
   const char* target;
   // Rows [row0, row1) of a rowwise quantization.
   void (*rowwise)(const QuantSource& src, int64_t row0, int64_t row1, RowwiseOut out);
-  // One columnwise strip. workspace: at least 2 * (col1 - col0) 4-byte slots.
+  // One columnwise strip. workspace: at least 16 bytes per column (col1 - col0), 4-aligned.
   void (*colwise)(const QuantSource& src, const ColStrip& strip, ColwiseOut out, void* workspace);
   // One strip of both: rowwise for its rows and columns (col0, col1 multiples of 32 unless
   // col1 == cols), columnwise as colwise does.

@@ -9,6 +9,7 @@
 
 #include "mxtrain/error.h"
 #include "quantize/kernels.h"
+#include "quantize/scale_table.h"
 
 namespace mxtrain {
 namespace {
@@ -33,7 +34,7 @@ QuantSource SourceOf(const Tensor& x, const QuantizeOptions& options, const char
   int64_t flat_rows = 1;
   for (int i = 0; i + 1 < x.rank(); ++i) flat_rows *= x.shape()[i];
   return QuantSource{x.raw(), x.dtype() == DType::kBF16, flat_rows, cols, options.format,
-                     options.rule};
+                     options.rule, internal::ScaleTableFor(options.rule, options.format).entry};
 }
 
 int ThreadCount(const QuantizeOptions& options) {
@@ -80,8 +81,8 @@ void ForEachStrip(const std::vector<ColStrip>& strips, int threads, Fn&& fn) {
   int64_t width = 0;
   for (const ColStrip& s : strips) width = std::max(width, s.col1 - s.col0);
   const int used = static_cast<int>(std::min<int64_t>(threads, n));
-  // Per thread: the column amax (int32) and multipliers (fp32) of one strip.
-  const int64_t slot_bytes = 8 * std::max<int64_t>(width, 1);
+  // Per thread: one strip's per-column workspace (kernels.h).
+  const int64_t slot_bytes = 16 * std::max<int64_t>(width, 1);
   Tensor workspace = Tensor::Empty(DType::kU8, {used, slot_bytes}, MemoryCategory::kWorkspace);
 #pragma omp parallel num_threads(used)
   {

@@ -11,6 +11,16 @@
 //   rounding; this is checked against the reference over all 2^32 inputs;
 // - a NaN block gets the multiplier NaN, so every element of it encodes to 0x7F.
 // Partial blocks and column tails use the scalar encoder itself.
+//
+// On every target but SCALAR, full blocks go through a second encoder on 16-bit lanes
+// (twice the lanes per instruction; docs/decisions.md "16-bit quantization lanes"): a bf16
+// value times 2^(127-b) is its bit pattern plus (127-b) << 7 while the result is an element
+// normal, and rounding those 7 mantissa bits to 3 (or 2) is the same integer rounding as
+// above. An fp32 input is first narrowed to 16 bits with round-to-odd (the low 16 bits
+// OR-ed into the lowest kept bit), which keeps round-to-nearest-even to the 3 or 2 bits
+// exact (4 spare bits, where 2 suffice). A vector holding any lane that would be an element
+// subnormal, or an input subnormal, is encoded again by the fp32 encoder from the source;
+// zeros stay on the fast path.
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "quantize/quantize_simd.cc"
@@ -21,6 +31,7 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 #include "quantize/kernels.h"
 
@@ -107,6 +118,16 @@ HWY_INLINE void StoreCodes(VI codes, uint8_t* out) {
 // element encodes to 0x7F.
 HWY_INLINE float BlockMultiplier(uint8_t scale) {
   return scale == kE8M0NaN ? std::numeric_limits<float>::quiet_NaN() : E8M0InverseScale(scale);
+}
+
+// The scale bytes (one per lane) of amax given as fp32 bits: the vector form of
+// ScaleFromTable (scale_table.h) on the rule's table.
+HWY_INLINE VI ScalesV(const uint32_t* table, VI amax) {
+  const DI di;
+  const VI entry = hn::GatherIndex(di, reinterpret_cast<const int32_t*>(table), hn::ShiftRight<23>(amax));
+  const VI mant = hn::Set(di, 0x7FFFFF);
+  const VI above = hn::VecFromMask(di, hn::Gt(hn::And(amax, mant), hn::And(entry, mant)));
+  return hn::Sub(hn::ShiftRight<23>(entry), above);  // `above` lanes are -1
 }
 
 // Scalar: quantize `len` (< 32) elements of one block.
@@ -241,6 +262,283 @@ HWY_INLINE void BlockBatch(const QuantSource& src, int64_t index, uint8_t* out, 
   }
 }
 
+#if HWY_TARGET != HWY_SCALAR
+// ---- The 16-bit encoder -------------------------------------------------------------
+
+using D16 = hn::ScalableTag<uint16_t>;
+using V16 = hn::Vec<D16>;
+using M16 = hn::Mask<D16>;
+using D8 = hn::Rebind<uint8_t, D16>;
+using VU = hn::Vec<DU>;
+// 16-bit vectors per block of 32 (1 on AVX-512); each covers two fp32 vectors.
+constexpr size_t kBlockVecs16 = kBlock / hn::MaxLanes(D16());
+
+// The constants of the 16-bit encoder for one element format.
+template <ElementFormat kFormat>
+struct Enc16 {
+  static constexpr bool kE4M3 = kFormat == ElementFormat::kE4M3;
+  static constexpr int kShift = kE4M3 ? 4 : 5;              // 7 - mantissa bits
+  static constexpr int kMinNormalExp = kE4M3 ? -6 : -14;    // of the element format
+  static constexpr uint16_t kMaxBits = kE4M3 ? 0x43E0 : 0x4760;  // bf16 448 | 57344
+  // Round half to even: add 2^(kShift-1) - 1 and the lowest kept bit, then shift; the bf16
+  // exponent 127 + e becomes the element's e + bias by subtracting (127 - bias) << 7 first.
+  static constexpr uint16_t kRound =
+      static_cast<uint16_t>((1 << (kShift - 1)) - 1 - ((kE4M3 ? 120 : 112) << 7));
+  // Per block (or column) of scale byte b (not NaN): the exponent-field offset of the
+  // multiplication by 2^(127-b), modulo 2^16 ...
+  static uint16_t Delta(uint8_t b) { return static_cast<uint16_t>((127 - int{b}) * 128); }
+  // ... and the smallest |bits| that is an input normal and an element normal once scaled.
+  static uint16_t Threshold(uint8_t b) {
+    return static_cast<uint16_t>(std::max(1, int{b} + kMinNormalExp) << 7);
+  }
+};
+
+// Codes (in the low byte of each lane) of 16-bit values h scaled by the per-lane exponent
+// offsets `delta`. `slow` gets the lanes this encoder may not take (nonzero and below thr):
+// the caller encodes the vector again with the fp32 encoder when any is set.
+template <ElementFormat kFormat>
+HWY_INLINE V16 Encode16(V16 h, V16 delta, V16 thr, M16& slow) {
+  using E = Enc16<kFormat>;
+  const D16 d;
+  const V16 abs = hn::And(h, hn::Set(d, 0x7FFF));
+  const M16 small = hn::Lt(abs, thr);
+  slow = hn::AndNot(hn::Eq(abs, hn::Zero(d)), small);
+  const V16 clamped = hn::Min(hn::Add(abs, delta), hn::Set(d, E::kMaxBits));  // saturate
+  const V16 lsb = hn::And(hn::ShiftRight<E::kShift>(clamped), hn::Set(d, 1));
+  const V16 mag =
+      hn::ShiftRight<E::kShift>(hn::Add(hn::Add(clamped, hn::Set(d, E::kRound)), lsb));
+  return hn::OrAnd(hn::IfThenZeroElse(small, mag), hn::ShiftRight<8>(h), hn::Set(d, 0x80));
+}
+
+HWY_INLINE void StoreCodes16(V16 codes, uint8_t* out) {
+#if HWY_TARGET <= HWY_AVX3
+  // vpmovwb: Highway's TruncateTo takes a shuffle and a permute here.
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), _mm512_cvtepi16_epi8(codes.raw));
+#else
+  hn::StoreU(hn::TruncateTo(D8(), codes), D8(), out);
+#endif
+}
+
+// Two fp32 vectors (as bits) to one vector of their top 16 bits, rounded to odd: the low
+// 16 bits OR-ed into the lowest kept bit.
+HWY_INLINE V16 NarrowToOdd(VU lo, VU hi) {
+  const DU du;
+  const auto odd = [&](VU v) {
+    return hn::Or(hn::ShiftRight<16>(v), hn::Min(hn::And(v, hn::Set(du, 0xFFFF)), hn::Set(du, 1)));
+  };
+  return hn::ConcatEven(D16(), hn::BitCast(D16(), odd(hi)), hn::BitCast(D16(), odd(lo)));
+}
+
+// The 16-bit vector i of the elements at `index` of the source.
+template <bool kBf16>
+HWY_INLINE V16 Load16(const void* base, int64_t index) {
+  if constexpr (kBf16) {
+    return hn::LoadU(D16(), static_cast<const uint16_t*>(base) + index);
+  } else {
+    const float* p = static_cast<const float*>(base) + index;
+    const size_t n = hn::Lanes(DF());
+    return NarrowToOdd(hn::LoadU(DU(), reinterpret_cast<const uint32_t*>(p)),
+                       hn::LoadU(DU(), reinterpret_cast<const uint32_t*>(p + n)));
+  }
+}
+
+// The fp32 encoder for the elements of one 16-bit vector at `index`, each with its column's
+// scale byte lane_scales[i], or all with `scale` (lane_scales == nullptr): the exact path
+// for vectors with lanes the 16-bit encoder may not take.
+template <bool kBf16, ElementFormat kFormat>
+HWY_NOINLINE void EncodeSlow16(const void* base, int64_t index, const uint8_t* lane_scales,
+                               uint8_t scale, uint8_t* out) {
+  const size_t n = hn::Lanes(DF());
+  alignas(64) float mult[2 * hn::MaxLanes(DF())];
+  for (size_t i = 0; i < 2 * n; ++i) {
+    mult[i] = E8M0InverseScale(lane_scales != nullptr ? lane_scales[i] : scale);
+  }
+  for (size_t j = 0; j < 2; ++j) {
+    const VF v = LoadF<kBf16>(base, index + static_cast<int64_t>(j * n));
+    StoreCodes(EncodeV<kFormat, /*kFinite=*/true>(hn::Mul(v, hn::Load(DF(), mult + j * n))),
+               out + j * n);
+  }
+}
+
+// One full block of 32 at `index` with scale byte `scale` (not NaN). Returns a bit per
+// 16-bit vector of the block that the fp32 encoder must redo (RedoSlow16): the redo stays
+// out of the hot loop, where a call would make the compiler rebuild its constants.
+template <bool kBf16, ElementFormat kFormat>
+HWY_INLINE uint32_t EncodeBlock16(const void* base, int64_t index, uint16_t delta_bits,
+                                  uint16_t thr_bits, uint8_t* out) {
+  const D16 d;
+  const V16 delta = hn::Set(d, delta_bits);
+  const V16 thr = hn::Set(d, thr_bits);
+  const size_t n = hn::Lanes(d);
+  uint32_t redo = 0;
+  for (size_t i = 0; i < kBlockVecs16; ++i) {
+    M16 slow;
+    StoreCodes16(Encode16<kFormat>(Load16<kBf16>(base, index + static_cast<int64_t>(i * n)),
+                                   delta, thr, slow),
+                 out + i * n);
+    redo |= static_cast<uint32_t>(!hn::AllFalse(d, slow)) << i;
+  }
+  return redo;
+}
+
+// The fp32 encoder over the vectors of a block that EncodeBlock16 flagged.
+template <bool kBf16, ElementFormat kFormat>
+HWY_NOINLINE void RedoSlow16(const void* base, int64_t index, uint8_t scale, uint32_t redo,
+                             uint8_t* out) {
+  const size_t n = hn::Lanes(D16());
+  for (size_t i = 0; i < kBlockVecs16; ++i) {
+    if ((redo >> i) & 1) {
+      EncodeSlow16<kBf16, kFormat>(base, index + static_cast<int64_t>(i * n), nullptr, scale,
+                                   out + i * n);
+    }
+  }
+}
+
+// A full block through the 16-bit encoder, NaN blocks and redos included.
+template <bool kBf16, ElementFormat kFormat>
+HWY_INLINE void QuantizeBlock16(const void* base, int64_t index, uint8_t scale, uint8_t* out) {
+  if (HWY_UNLIKELY(scale == kE8M0NaN)) {
+    std::memset(out, 0x7F, kBlock);
+    return;
+  }
+  using E = Enc16<kFormat>;
+  const uint32_t redo =
+      EncodeBlock16<kBf16, kFormat>(base, index, E::Delta(scale), E::Threshold(scale), out);
+  if (HWY_UNLIKELY(redo != 0)) RedoSlow16<kBf16, kFormat>(base, index, scale, redo, out);
+}
+
+// |x| of one 16-bit (bf16) vector, widened to fp32 lanes that hold the larger of each
+// pair, as fp32 bits: the per-block amax input of TransposeMax.
+HWY_INLINE VI PairMaxBits(V16 abs16) {
+  const VU u = hn::BitCast(DU(), abs16);
+  return hn::BitCast(DI(), hn::Max(hn::ShiftLeft<16>(u), hn::And(u, hn::Set(DU(), 0xFFFF0000u))));
+}
+
+// kLanes consecutive full blocks of 16-bit lanes: amax, scales, encode.
+template <bool kBf16, ElementFormat kFormat>
+HWY_INLINE void BlockBatch16(const QuantSource& src, int64_t index, uint8_t* out,
+                             uint8_t* scales) {
+  constexpr size_t kLanes = hn::MaxLanes(DI());
+  VI block_amax[kLanes];
+  for (size_t j = 0; j < kLanes; ++j) {
+    const int64_t at = index + static_cast<int64_t>(j) * kBlock;
+    PrefetchAhead<kBf16>(src.x, at);
+    if constexpr (kBf16) {
+      const size_t n = hn::Lanes(D16());
+      V16 amax = hn::Zero(D16());
+      for (size_t i = 0; i < kBlockVecs16; ++i) {
+        amax = hn::Max(amax, hn::And(Load16<true>(src.x, at + static_cast<int64_t>(i * n)),
+                                     hn::Set(D16(), 0x7FFF)));
+      }
+      block_amax[j] = PairMaxBits(amax);
+    } else {
+      const size_t n = hn::Lanes(DF());
+      VI amax = hn::Zero(DI());
+      for (size_t i = 0; i < kBlockVecs; ++i) {
+        amax = hn::Max(amax, AbsBits(LoadF<false>(src.x, at + static_cast<int64_t>(i * n))));
+      }
+      block_amax[j] = amax;
+    }
+  }
+  const VI b = ScalesV(src.scale_table, TransposeMax<kLanes>(block_amax));
+  hn::StoreU(hn::TruncateTo(hn::Rebind<uint8_t, DI>(), hn::BitCast(DU(), b)),
+             hn::Rebind<uint8_t, DI>(), scales);
+  if (HWY_UNLIKELY(!hn::AllFalse(DI(), hn::Eq(b, hn::Set(DI(), kE8M0NaN))))) {
+    for (size_t j = 0; j < kLanes; ++j) {
+      QuantizeBlock16<kBf16, kFormat>(src.x, index + static_cast<int64_t>(j) * kBlock, scales[j],
+                                      out + j * kBlock);
+    }
+    return;
+  }
+  // The 16-bit encoder's per-block offsets and thresholds (Enc16::Delta, ::Threshold).
+  using E = Enc16<kFormat>;
+  alignas(64) int32_t delta[kLanes], thr[kLanes];
+  hn::Store(hn::ShiftLeft<7>(hn::Sub(hn::Set(DI(), 127), b)), DI(), delta);
+  hn::Store(hn::ShiftLeft<7>(hn::Max(hn::Add(b, hn::Set(DI(), E::kMinNormalExp)), hn::Set(DI(), 1))),
+            DI(), thr);
+  const void* x = src.x;
+  uint32_t redo[kLanes];
+  uint32_t any_redo = 0;
+  for (size_t j = 0; j < kLanes; ++j) {
+    redo[j] = EncodeBlock16<kBf16, kFormat>(x, index + static_cast<int64_t>(j) * kBlock,
+                                            static_cast<uint16_t>(delta[j]),
+                                            static_cast<uint16_t>(thr[j]), out + j * kBlock);
+    any_redo |= redo[j];
+  }
+  if (HWY_UNLIKELY(any_redo != 0)) {
+    for (size_t j = 0; j < kLanes; ++j) {
+      if (redo[j] != 0) {
+        RedoSlow16<kBf16, kFormat>(x, index + static_cast<int64_t>(j) * kBlock, scales[j],
+                                   redo[j], out + j * kBlock);
+      }
+    }
+  }
+}
+
+// Columnwise pass 1 of a bf16 source in 16-bit lanes: amax[c] = max(amax[c], |x[row, c]|).
+HWY_INLINE void AccumulateColumnAmax16(const QuantSource& src, int64_t row, int64_t col0,
+                                       int64_t col1, uint16_t* amax) {
+  const D16 d;
+  const int64_t n = static_cast<int64_t>(hn::Lanes(d));
+  const int64_t base = row * src.cols;
+  const uint16_t* x = static_cast<const uint16_t*>(src.x);
+  int64_t c = col0;
+  for (; c + n <= col1; c += n) {
+    if ((c & 31) == 0) PrefetchAhead<true>(src.x, base + c);
+    uint16_t* a = amax + (c - col0);
+    hn::StoreU(hn::Max(hn::LoadU(d, a), hn::And(hn::LoadU(d, x + base + c), hn::Set(d, 0x7FFF))),
+               d, a);
+  }
+  for (; c < col1; ++c) {
+    amax[c - col0] = std::max<uint16_t>(amax[c - col0], x[base + c] & 0x7FFF);
+  }
+}
+
+// Columnwise pass 2 in 16-bit lanes (no NaN column in the strip): per-column exponent
+// offsets and thresholds, the fp32 factors for the exact path.
+template <bool kBf16, ElementFormat kFormat>
+void EncodeColumnStrip16(const QuantSource& src, const ColStrip& strip, ColwiseOut out,
+                         const uint8_t* scales, const uint16_t* delta, const uint16_t* thr) {
+  const D16 d;
+  const int64_t n = static_cast<int64_t>(hn::Lanes(d));
+  const void* x = src.x;
+  const int64_t cols = src.cols, col0 = strip.col0, col1 = strip.col1;
+  for (int64_t r = strip.row0; r < strip.row0 + strip.num_rows; ++r) {
+    const int64_t base = r * cols;
+    uint8_t* data = out.data + base;
+    M16 any_slow = hn::FirstN(d, 0);
+    int64_t c = col0;
+    for (; c + n <= col1; c += n) {
+      M16 slow;
+      const V16 codes = Encode16<kFormat>(Load16<kBf16>(x, base + c), hn::LoadU(d, delta + (c - col0)),
+                                          hn::LoadU(d, thr + (c - col0)), slow);
+      StoreCodes16(codes, data + c);
+      any_slow = hn::Or(any_slow, slow);
+    }
+    if (HWY_UNLIKELY(!hn::AllFalse(d, any_slow))) {  // redo the flagged vectors of the row
+      for (c = col0; c + n <= col1; c += n) {
+        M16 slow;
+        Encode16<kFormat>(Load16<kBf16>(x, base + c), hn::LoadU(d, delta + (c - col0)),
+                          hn::LoadU(d, thr + (c - col0)), slow);
+        if (!hn::AllFalse(d, slow)) {
+          EncodeSlow16<kBf16, kFormat>(x, base + c, scales + (c - col0), 0, data + c);
+        }
+      }
+    }
+    for (; c < col1; ++c) {
+      data[c] = EncodeElement(kFormat,
+                              LoadScalar<kBf16>(x, base + c) * E8M0InverseScale(scales[c - col0]));
+    }
+  }
+}
+#endif  // HWY_TARGET != HWY_SCALAR
+
+#if HWY_TARGET != HWY_SCALAR
+constexpr bool k16 = true;
+#else
+constexpr bool k16 = false;
+#endif
+
 template <bool kBf16, ElementFormat kFormat>
 void RowwiseT(const QuantSource& src, int64_t row0, int64_t row1, RowwiseOut out) {
   const int64_t cols = src.cols;
@@ -253,7 +551,11 @@ void RowwiseT(const QuantSource& src, int64_t row0, int64_t row1, RowwiseOut out
     constexpr int64_t kBatch = static_cast<int64_t>(hn::MaxLanes(DI()));
     int64_t b = 0;
     for (; b + kBatch <= full; b += kBatch) {
+#if HWY_TARGET != HWY_SCALAR
+      BlockBatch16<kBf16, kFormat>(src, base + b * kBlock, data + b * kBlock, scales + b);
+#else
       BlockBatch<kBf16, kFormat>(src, base + b * kBlock, data + b * kBlock, scales + b);
+#endif
     }
     for (; b < full; ++b) {
       PrefetchAhead<kBf16>(src.x, base + b * kBlock);
@@ -304,74 +606,193 @@ void EncodeColumnStrip(const QuantSource& src, const ColStrip& strip, ColwiseOut
   }
 }
 
-// Columnwise scales from the accumulated amax, then pass 2 over the strip (now in cache).
+// The column amax of a strip: |bf16| bits in 16-bit lanes where the 16-bit encoder runs,
+// fp32 bits otherwise.
+template <bool kBf16>
+using ColumnAmax = std::conditional_t<kBf16 && k16, uint16_t, int32_t>;
+
+// A strip's per-column workspace (kernels.h: 16 bytes per column): amax, fp32 factors,
+// and the 16-bit encoder's exponent offsets and thresholds.
+template <bool kBf16>
+struct StripWorkspace {
+  ColumnAmax<kBf16>* amax;
+  float* mult;
+  uint16_t* delta;
+  uint16_t* thr;
+  StripWorkspace(void* workspace, int64_t width)
+      : amax(static_cast<ColumnAmax<kBf16>*>(workspace)),
+        mult(reinterpret_cast<float*>(static_cast<char*>(workspace) + 4 * width)),
+        delta(reinterpret_cast<uint16_t*>(static_cast<char*>(workspace) + 8 * width)),
+        thr(reinterpret_cast<uint16_t*>(static_cast<char*>(workspace) + 10 * width)) {
+    std::fill(amax, amax + width, ColumnAmax<kBf16>{0});
+  }
+};
+
+// Columnwise pass 1 for one row, in the strip's amax type.
+template <bool kBf16>
+HWY_INLINE void AccumulateStripAmax(const QuantSource& src, int64_t row, int64_t col0,
+                                    int64_t col1, ColumnAmax<kBf16>* amax) {
+  if constexpr (std::is_same_v<ColumnAmax<kBf16>, uint16_t>) {
+#if HWY_TARGET != HWY_SCALAR
+    AccumulateColumnAmax16(src, row, col0, col1, amax);
+#endif
+  } else {
+    AccumulateColumnAmax<kBf16>(src, row, col0, col1, amax);
+  }
+}
+
+// Columnwise scales from the accumulated amax (a vector of them at a time), then pass 2
+// over the strip (now in cache).
 template <bool kBf16, ElementFormat kFormat>
 void FinishColumnStrip(const QuantSource& src, const ColStrip& strip, ColwiseOut out,
-                       const int32_t* amax, float* mult) {
+                       const StripWorkspace<kBf16>& ws) {
   const int64_t width = strip.col1 - strip.col0;
   uint8_t* scales = out.scales + strip.scale_row * src.cols + strip.col0;
-  bool any_nan = false;
-  for (int64_t c = 0; c < width; ++c) {
-    scales[c] = BlockScale(src.rule, kFormat, static_cast<uint32_t>(amax[c]));
-    mult[c] = BlockMultiplier(scales[c]);
-    any_nan |= scales[c] == kE8M0NaN;
+  const DI di;
+  const int64_t n = static_cast<int64_t>(hn::Lanes(di));
+  const hn::Rebind<uint8_t, DI> d8;
+  const hn::Rebind<uint16_t, DI> d16;
+  auto any_nan = hn::FirstN(di, 0);
+  int64_t c = 0;
+  for (; c + n <= width; c += n) {
+    VI amax;
+    if constexpr (sizeof(ws.amax[0]) == 2) {
+      amax = hn::BitCast(di, hn::ShiftLeft<16>(hn::PromoteTo(DU(), hn::LoadU(d16, reinterpret_cast<const uint16_t*>(ws.amax) + c))));
+    } else {
+      amax = hn::LoadU(di, reinterpret_cast<const int32_t*>(ws.amax) + c);
+    }
+    const VI b = ScalesV(src.scale_table, amax);
+    hn::StoreU(hn::TruncateTo(d8, hn::BitCast(DU(), b)), d8, scales + c);
+    any_nan = hn::Or(any_nan, hn::Eq(b, hn::Set(di, kE8M0NaN)));
+#if HWY_TARGET != HWY_SCALAR
+    using E = Enc16<kFormat>;
+    const VU delta = hn::BitCast(DU(), hn::ShiftLeft<7>(hn::Sub(hn::Set(di, 127), b)));
+    const VU thr = hn::BitCast(
+        DU(), hn::ShiftLeft<7>(hn::Max(hn::Add(b, hn::Set(di, E::kMinNormalExp)), hn::Set(di, 1))));
+    hn::StoreU(hn::TruncateTo(d16, delta), d16, ws.delta + c);
+    hn::StoreU(hn::TruncateTo(d16, thr), d16, ws.thr + c);
+#endif
   }
-  if (HWY_UNLIKELY(any_nan)) {
-    EncodeColumnStrip<kBf16, kFormat, /*kFinite=*/false>(src, strip, out, mult);
-  } else {
-    EncodeColumnStrip<kBf16, kFormat, /*kFinite=*/true>(src, strip, out, mult);
+  bool nan_column = !hn::AllFalse(di, any_nan);
+  for (; c < width; ++c) {
+    scales[c] = BlockScale(src.rule, kFormat, static_cast<uint32_t>(ws.amax[c]) << (sizeof(ws.amax[0]) == 2 ? 16 : 0));
+    nan_column |= scales[c] == kE8M0NaN;
+#if HWY_TARGET != HWY_SCALAR
+    ws.delta[c] = Enc16<kFormat>::Delta(scales[c]);
+    ws.thr[c] = Enc16<kFormat>::Threshold(scales[c]);
+#endif
   }
+  if (HWY_UNLIKELY(nan_column) || !k16) {
+    for (int64_t i = 0; i < width; ++i) ws.mult[i] = BlockMultiplier(scales[i]);
+    if (nan_column) {
+      EncodeColumnStrip<kBf16, kFormat, /*kFinite=*/false>(src, strip, out, ws.mult);
+    } else {
+      EncodeColumnStrip<kBf16, kFormat, /*kFinite=*/true>(src, strip, out, ws.mult);
+    }
+    return;
+  }
+#if HWY_TARGET != HWY_SCALAR
+  EncodeColumnStrip16<kBf16, kFormat>(src, strip, out, scales, ws.delta, ws.thr);
+#endif
 }
 
 template <bool kBf16, ElementFormat kFormat>
 void ColwiseT(const QuantSource& src, const ColStrip& strip, ColwiseOut out, void* workspace) {
-  const int64_t width = strip.col1 - strip.col0;
-  int32_t* amax = static_cast<int32_t*>(workspace);
-  float* mult = reinterpret_cast<float*>(amax + width);
-  std::fill(amax, amax + width, 0);
+  const StripWorkspace<kBf16> ws(workspace, strip.col1 - strip.col0);
   for (int64_t r = strip.row0; r < strip.row0 + strip.num_rows; ++r) {
-    AccumulateColumnAmax<kBf16>(src, r, strip.col0, strip.col1, amax);
+    AccumulateStripAmax<kBf16>(src, r, strip.col0, strip.col1, ws.amax);
   }
-  FinishColumnStrip<kBf16, kFormat>(src, strip, out, amax, mult);
+  FinishColumnStrip<kBf16, kFormat>(src, strip, out, ws);
+}
+
+// One full row block of the dual kernel at `index`: its elements' magnitudes folded into
+// the column amax `col_amax`, and the block's own amax (as fp32 bits, per lane) returned.
+template <bool kBf16>
+HWY_INLINE VI DualBlockAmax(const QuantSource& src, int64_t index, ColumnAmax<kBf16>* col_amax) {
+  if constexpr (std::is_same_v<ColumnAmax<kBf16>, uint16_t>) {
+#if HWY_TARGET != HWY_SCALAR
+    const D16 d;
+    const size_t n = hn::Lanes(d);
+    V16 row_amax = hn::Zero(d);
+    for (size_t i = 0; i < kBlockVecs16; ++i) {
+      const V16 a = hn::And(Load16<true>(src.x, index + static_cast<int64_t>(i * n)),
+                            hn::Set(d, 0x7FFF));
+      row_amax = hn::Max(row_amax, a);
+      uint16_t* ca = col_amax + i * n;
+      hn::StoreU(hn::Max(hn::LoadU(d, ca), a), d, ca);
+    }
+    return PairMaxBits(row_amax);
+#endif
+  } else {
+    const size_t n = hn::Lanes(DF());
+    VI row_amax = hn::Zero(DI());
+    for (size_t i = 0; i < kBlockVecs; ++i) {
+      const VI a = AbsBits(LoadF<kBf16>(src.x, index + static_cast<int64_t>(i * n)));
+      row_amax = hn::Max(row_amax, a);
+      int32_t* ca = col_amax + i * n;
+      hn::StoreU(hn::Max(hn::LoadU(DI(), ca), a), DI(), ca);
+    }
+    return row_amax;
+  }
 }
 
 // Both axes from one read of the strip: each row's blocks are quantized rowwise while the
-// column amax accumulates; the columnwise pass then re-reads the strip from cache.
+// column amax accumulates (kLanes blocks at a time, sharing one transposing reduction of
+// their amax); the columnwise pass then re-reads the strip from cache.
 template <bool kBf16, ElementFormat kFormat>
 void DualT(const QuantSource& src, const ColStrip& strip, RowwiseOut row_out, ColwiseOut col_out,
            void* workspace) {
-  const int64_t width = strip.col1 - strip.col0;
-  int32_t* amax = static_cast<int32_t*>(workspace);
-  float* mult = reinterpret_cast<float*>(amax + width);
-  std::fill(amax, amax + width, 0);
-  const size_t n = hn::Lanes(DF());
+  const StripWorkspace<kBf16> ws(workspace, strip.col1 - strip.col0);
+  constexpr size_t kLanes = hn::MaxLanes(DI());
+  constexpr int64_t kBatchCols = static_cast<int64_t>(kLanes) * kBlock;
   const int64_t blocks_per_row = (src.cols + kBlock - 1) / kBlock;
   for (int64_t r = strip.row0; r < strip.row0 + strip.num_rows; ++r) {
     const int64_t base = r * src.cols;
+    uint8_t* row_scales = row_out.scales + r * blocks_per_row;
     int64_t c = strip.col0;
+    for (; c + kBatchCols <= strip.col1; c += kBatchCols) {
+      VI block_amax[kLanes];
+      for (size_t j = 0; j < kLanes; ++j) {
+        const int64_t at = c + static_cast<int64_t>(j) * kBlock;
+        PrefetchAhead<kBf16>(src.x, base + at);
+        block_amax[j] = DualBlockAmax<kBf16>(src, base + at, ws.amax + (at - strip.col0));
+      }
+      const VI b = ScalesV(src.scale_table, TransposeMax<kLanes>(block_amax));
+      uint8_t* scales = row_scales + c / kBlock;
+      hn::StoreU(hn::TruncateTo(hn::Rebind<uint8_t, DI>(), hn::BitCast(DU(), b)),
+                 hn::Rebind<uint8_t, DI>(), scales);
+      for (size_t j = 0; j < kLanes; ++j) {
+        const int64_t at = c + static_cast<int64_t>(j) * kBlock;
+#if HWY_TARGET != HWY_SCALAR
+        QuantizeBlock16<kBf16, kFormat>(src.x, base + at, scales[j], row_out.data + base + at);
+#else
+        VF vecs[kBlockVecs];
+        for (size_t i = 0; i < kBlockVecs; ++i) {
+          vecs[i] = LoadF<kBf16>(src.x, base + at + static_cast<int64_t>(i * hn::Lanes(DF())));
+        }
+        EncodeBlock<kFormat>(vecs, scales[j], row_out.data + base + at);
+#endif
+      }
+    }
     for (; c + kBlock <= strip.col1; c += kBlock) {
       PrefetchAhead<kBf16>(src.x, base + c);
-      VF vecs[kBlockVecs];
-      VI row_amax = hn::Zero(DI());
-      for (size_t i = 0; i < kBlockVecs; ++i) {
-        vecs[i] = LoadF<kBf16>(src.x, base + c + static_cast<int64_t>(i * n));
-        const VI a = AbsBits(vecs[i]);
-        row_amax = hn::Max(row_amax, a);
-        int32_t* col_amax = amax + (c - strip.col0) + i * n;
-        hn::StoreU(hn::Max(hn::LoadU(DI(), col_amax), a), DI(), col_amax);
-      }
-      uint8_t* scale = row_out.scales + r * blocks_per_row + c / kBlock;
+      const VI row_amax = DualBlockAmax<kBf16>(src, base + c, ws.amax + (c - strip.col0));
+      uint8_t* scale = row_scales + c / kBlock;
       *scale = BlockScale(src.rule, kFormat,
                           static_cast<uint32_t>(hn::GetLane(hn::MaxOfLanes(DI(), row_amax))));
+      VF vecs[kBlockVecs];
+      for (size_t i = 0; i < kBlockVecs; ++i) {
+        vecs[i] = LoadF<kBf16>(src.x, base + c + static_cast<int64_t>(i * hn::Lanes(DF())));
+      }
       EncodeBlock<kFormat>(vecs, *scale, row_out.data + base + c);
     }
     if (c < strip.col1) {  // the row's partial last block (col1 == cols here)
-      AccumulateColumnAmax<kBf16>(src, r, c, strip.col1, amax + (c - strip.col0));
+      AccumulateStripAmax<kBf16>(src, r, c, strip.col1, ws.amax + (c - strip.col0));
       PartialBlock<kBf16, kFormat>(src, base + c, strip.col1 - c, row_out.data + base + c,
-                                   row_out.scales + r * blocks_per_row + c / kBlock);
+                                   row_scales + c / kBlock);
     }
   }
-  FinishColumnStrip<kBf16, kFormat>(src, strip, col_out, amax, mult);
+  FinishColumnStrip<kBf16, kFormat>(src, strip, col_out, ws);
 }
 
 // Run-time (bf16, format) to template dispatch, once per kernel call.

@@ -1,0 +1,31 @@
+// Internal: the scale rules of NUMERICS.md §4 as a table on amax's fp32 exponent, for the
+// vector kernels. Each rule keeps its one definition, BlockScale (format/element.h); the
+// table is derived from it and checked against it, so it can never say otherwise.
+//
+// Every rule maps the amax values of one binade (one exponent field E, mantissas 0 ..
+// 2^23 - 1) to at most two consecutive bytes, monotonically: entry[E] holds the lower byte
+// in bits 23..30 and, in bits 0..22, the largest mantissa that still gets it (0x7FFFFF when
+// the whole binade does). Zero, NaN and Inf are entries too (E = 0 gives 0, E = 255 0xFF).
+#pragma once
+
+#include <cstdint>
+
+#include "mxtrain/format/element.h"
+
+namespace mxtrain::internal {
+
+struct ScaleTable {
+  uint32_t entry[256];
+};
+
+// The table of one rule and element format, built on first use from BlockScale; throws
+// Error if the rule ever stops having the two-byte, monotone shape above.
+const ScaleTable& ScaleTableFor(ScaleRule rule, ElementFormat format);
+
+// The scalar form of the lookup the kernels vectorize (for tests).
+inline uint8_t ScaleFromTable(const ScaleTable& t, uint32_t amax_bits) {
+  const uint32_t e = t.entry[amax_bits >> 23];
+  return static_cast<uint8_t>((e >> 23) + ((amax_bits & 0x7FFFFFu) > (e & 0x7FFFFFu) ? 1 : 0));
+}
+
+}  // namespace mxtrain::internal
