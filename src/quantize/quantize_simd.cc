@@ -503,12 +503,23 @@ void EncodeColumnStrip16(const QuantSource& src, const ColStrip& strip, ColwiseO
   const int64_t n = static_cast<int64_t>(hn::Lanes(d));
   const void* x = src.x;
   const int64_t cols = src.cols, col0 = strip.col0, col1 = strip.col1;
+  // Pass 1 of the next strip (the 32 rows below, which this thread takes next when the
+  // strips are whole rows) waits on DRAM while this pass computes from L2: prefetch its
+  // rows into L2 now, a cache line per vector (measured at 4096x4096, 2 threads: bf16
+  // colwise 1.55 -> 1.36 ms, f32 3.07 -> 2.70 ms).
+  const int64_t ahead = kBlock * src.cols * (kBf16 ? 2 : 4);
+  const char* ahead_end = static_cast<const char*>(x) + src.rows * src.cols * (kBf16 ? 2 : 4);
   for (int64_t r = strip.row0; r < strip.row0 + strip.num_rows; ++r) {
     const int64_t base = r * cols;
     uint8_t* data = out.data + base;
     M16 any_slow = hn::FirstN(d, 0);
     int64_t c = col0;
     for (; c + n <= col1; c += n) {
+      const char* next = static_cast<const char*>(x) + (base + c) * (kBf16 ? 2 : 4) + ahead;
+      if (next < ahead_end) {
+        __builtin_prefetch(next, 0, 2);
+        if constexpr (!kBf16) __builtin_prefetch(next + 64, 0, 2);
+      }
       M16 slow;
       const V16 codes = Encode16<kFormat>(Load16<kBf16>(x, base + c), hn::LoadU(d, delta + (c - col0)),
                                           hn::LoadU(d, thr + (c - col0)), slow);
