@@ -4,6 +4,7 @@
 // accounting and argument errors.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <optional>
 #include <random>
@@ -12,6 +13,7 @@
 #include "mxtrain/error.h"
 #include "mxtrain/quantize.h"
 #include "mxtrain/simd.h"
+#include "quantize/scale_table.h"
 #include "test_util.h"
 
 namespace mxtrain {
@@ -197,6 +199,154 @@ TEST(FastPaths, EmptyTensors) {
     EXPECT_EQ(q.shape(), shape);
     EXPECT_EQ(q.scales().shape(), MxTensor::ScaleShape(shape, BlockAxis::kColumnwise, std::nullopt));
     EXPECT_EQ(QuantizeRowwise(x, {}).data().NumElements(), 0);
+  }
+}
+
+// --- The vector kernels' scale table and 16-bit encoder --------------------------------
+
+TEST(ScaleTable, EqualsBlockScaleAtEveryBinadeEdgeAndAtRandom) {
+  std::mt19937 rng(404);
+  std::uniform_int_distribution<uint32_t> mantissa(0, 0x7FFFFF);
+  for (ScaleRule rule : kRules) {
+    for (ElementFormat f : kFormats) {
+      const internal::ScaleTable& t = internal::ScaleTableFor(rule, f);
+      int steps = 0;
+      for (uint32_t e = 0; e < 256; ++e) {
+        const uint32_t keep = t.entry[e] & 0x7FFFFF;
+        steps += keep != 0x7FFFFF;
+        std::vector<uint32_t> ms = {0,        1,        2,        0x3FFFFF, 0x400000,
+                                    0x400001, 0x7FFFFE, 0x7FFFFF, keep};
+        if (keep > 0) ms.push_back(keep - 1);
+        if (keep < 0x7FFFFF) ms.push_back(keep + 1);
+        for (int i = 0; i < 64; ++i) ms.push_back(mantissa(rng));
+        for (uint32_t m : ms) {
+          const uint32_t bits = (e << 23) | m;
+          ASSERT_EQ(internal::ScaleFromTable(t, bits), BlockScale(rule, f, bits))
+              << Name(rule) << " " << Name(f) << " amax bits " << std::hex << bits;
+        }
+      }
+      // floor changes byte only between binades; the other rules inside most of them.
+      if (rule == ScaleRule::kFloor) {
+        EXPECT_EQ(steps, 0) << Name(f);
+      } else {
+        EXPECT_GT(steps, 200) << Name(rule) << " " << Name(f);
+      }
+    }
+  }
+}
+
+// Blocks whose first element sets the scale (a positive bf16 of exponent field es and a
+// random mantissa) and whose other 31 run through every bf16 pattern of either sign with
+// an exponent field in [es - 33, es] below it: every element pattern the 16-bit encoder
+// can meet at every scale, zeros and input subnormals included. As rows ([blocks / 64,
+// 64 * 32]) and as columns ([32, blocks]), so that every kernel sees each block whole.
+std::pair<Tensor, Tensor> EveryBf16PatternInBlocks() {
+  std::mt19937 rng(99);
+  std::vector<std::array<uint16_t, 32>> blocks;
+  for (int es = 1; es <= 254; ++es) {
+    const uint16_t setter = static_cast<uint16_t>((es << 7) | (rng() & 0x7F));
+    std::array<uint16_t, 32> block{};
+    int fill = 0;
+    block[fill++] = setter;
+    for (int e = std::max(0, es - 33); e <= es; ++e) {
+      for (int m = 0; m < 128; ++m) {
+        for (uint16_t sign : {uint16_t{0}, uint16_t{0x8000}}) {
+          const uint16_t mag = static_cast<uint16_t>((e << 7) | m);
+          if (mag > setter) continue;
+          block[fill++] = static_cast<uint16_t>(sign | mag);
+          if (fill == 32) {
+            blocks.push_back(block);
+            fill = 1;
+          }
+        }
+      }
+    }
+    if (fill > 1) {
+      std::fill(block.begin() + fill, block.end(), uint16_t{0});
+      blocks.push_back(block);
+    }
+  }
+  // 64 blocks per row, so that the rowwise kernels take their batched paths.
+  blocks.resize(CeilDiv(static_cast<int64_t>(blocks.size()), 64) * 64, std::array<uint16_t, 32>{});
+  const int64_t n = static_cast<int64_t>(blocks.size());
+  Tensor rows = Tensor::Empty(DType::kBF16, {n / 64, 64 * 32});
+  Tensor cols = Tensor::Empty(DType::kBF16, {32, n});
+  for (int64_t b = 0; b < n; ++b) {
+    for (int64_t i = 0; i < 32; ++i) {
+      rows.data<uint16_t>()[b * 32 + i] = blocks[b][i];
+      cols.data<uint16_t>()[i * n + b] = blocks[b][i];
+    }
+  }
+  return {std::move(rows), std::move(cols)};
+}
+
+TEST(FastPaths, EveryBf16PatternAtEveryScaleEveryTarget) {
+  const auto [rows, cols] = EveryBf16PatternInBlocks();
+  ASSERT_GT(cols.shape()[1], 50000);
+  for (ElementFormat f : kFormats) {
+    for (ScaleRule r : {ScaleRule::kRceil, ScaleRule::kFloor}) {
+      const QuantizeOptions o{f, r};
+      const MxTensor ref_row = ref::QuantizeRowwise(rows, o);
+      const MxTensor ref_col = ref::QuantizeColumnwise(cols, o);
+      for (const std::string& target : AvailableSimdTargets()) {
+        ScopedSimdTarget scoped(target);
+        const std::string what = Describe(o, rows);
+        ExpectSame(QuantizeRowwise(rows, o), ref_row, "rowwise " + what);
+        ExpectSame(QuantizeColumnwise(cols, o), ref_col, "columnwise " + what);
+        ExpectSame(QuantizeDual(rows, o).rowwise, ref_row, "dual rowwise " + what);
+        ExpectSame(QuantizeDual(cols, o).columnwise, ref_col, "dual columnwise " + what);
+      }
+    }
+  }
+}
+
+// fp32 inputs reach the 16-bit encoder narrowed with round-to-odd: values on a rounding
+// tie of the element format, and a few ulp either side of it (sticky bits the low 16 bits
+// alone carry), must round as the fp32 value does. Each block: a setter fixing the scale,
+// then ties, tie +- 1, 2 and 2^16 ulp, and element values exactly.
+TEST(FastPaths, Fp32TiesAndStickyBitsEveryTarget) {
+  std::vector<float> v;
+  for (int k = -120; k <= 120; k += 7) {
+    const float setter = std::ldexp(448.0f, k);
+    for (ElementFormat f : kFormats) {
+      std::vector<float> companions;
+      for (int code = 1; code < (f == ElementFormat::kE4M3 ? 0x7E : 0x7B); ++code) {
+        const double lo = DecodeElement(f, static_cast<uint8_t>(code));
+        const double hi = DecodeElement(f, static_cast<uint8_t>(code + 1));
+        const float tie = static_cast<float>(std::ldexp((lo + hi) / 2, k));
+        const uint32_t bits = F32Bits(tie);
+        for (int64_t d : {0, 1, -1, 2, -2, 1 << 16, -(1 << 16), (1 << 16) - 1}) {
+          companions.push_back(F32FromBits(static_cast<uint32_t>(bits + d)));
+        }
+        companions.push_back(static_cast<float>(-std::ldexp(lo, k)));
+      }
+      for (size_t i = 0; i < companions.size(); i += 31) {
+        v.push_back(setter);
+        for (size_t j = i; j < i + 31; ++j) v.push_back(j < companions.size() ? companions[j] : 0.0f);
+      }
+    }
+  }
+  v.resize(CeilDiv(static_cast<int64_t>(v.size()), 64 * 32) * 64 * 32, 0.0f);
+  const int64_t n = static_cast<int64_t>(v.size()) / 32;
+  std::vector<float> t(v.size());
+  for (int64_t b = 0; b < n; ++b) {
+    for (int64_t i = 0; i < 32; ++i) t[i * n + b] = v[b * 32 + i];
+  }
+  const Tensor rows = MakeF32({n / 64, 64 * 32}, v);
+  const Tensor cols = MakeF32({32, n}, t);
+  for (const std::string& target : AvailableSimdTargets()) {
+    ScopedSimdTarget scoped(target);
+    for (ElementFormat f : kFormats) {
+      for (ScaleRule r : kRules) {
+        const QuantizeOptions o{f, r};
+        ExpectSame(QuantizeRowwise(rows, o), ref::QuantizeRowwise(rows, o),
+                   "rowwise " + Describe(o, rows));
+        ExpectSame(QuantizeColumnwise(cols, o), ref::QuantizeColumnwise(cols, o),
+                   "columnwise " + Describe(o, cols));
+        ExpectSame(QuantizeDual(rows, o).rowwise, ref::QuantizeRowwise(rows, o),
+                   "dual " + Describe(o, rows));
+      }
+    }
   }
 }
 
