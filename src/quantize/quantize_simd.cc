@@ -293,6 +293,14 @@ struct Enc16 {
   }
 };
 
+// Enc16::Delta and ::Threshold on a vector of scale bytes (32-bit lanes, none NaN).
+template <ElementFormat kFormat>
+HWY_INLINE void OffsetsV(VI b, VI& delta, VI& thr) {
+  const DI di;
+  delta = hn::ShiftLeft<7>(hn::Sub(hn::Set(di, 127), b));
+  thr = hn::ShiftLeft<7>(hn::Max(hn::Add(b, hn::Set(di, Enc16<kFormat>::kMinNormalExp)), hn::Set(di, 1)));
+}
+
 // Codes (in the low byte of each lane) of 16-bit values h scaled by the per-lane exponent
 // offsets `delta`. `slow` gets the lanes this encoder may not take (nonzero and below thr):
 // the caller encodes the vector again with the fp32 encoder when any is set.
@@ -451,11 +459,11 @@ HWY_INLINE void BlockBatch16(const QuantSource& src, int64_t index, uint8_t* out
     return;
   }
   // The 16-bit encoder's per-block offsets and thresholds (Enc16::Delta, ::Threshold).
-  using E = Enc16<kFormat>;
   alignas(64) int32_t delta[kLanes], thr[kLanes];
-  hn::Store(hn::ShiftLeft<7>(hn::Sub(hn::Set(DI(), 127), b)), DI(), delta);
-  hn::Store(hn::ShiftLeft<7>(hn::Max(hn::Add(b, hn::Set(DI(), E::kMinNormalExp)), hn::Set(DI(), 1))),
-            DI(), thr);
+  VI delta_v, thr_v;
+  OffsetsV<kFormat>(b, delta_v, thr_v);
+  hn::Store(delta_v, DI(), delta);
+  hn::Store(thr_v, DI(), thr);
   const void* x = src.x;
   uint32_t redo[kLanes];
   uint32_t any_redo = 0;
@@ -676,12 +684,10 @@ void FinishColumnStrip(const QuantSource& src, const ColStrip& strip, ColwiseOut
     hn::StoreU(hn::TruncateTo(d8, hn::BitCast(DU(), b)), d8, scales + c);
     any_nan = hn::Or(any_nan, hn::Eq(b, hn::Set(di, kE8M0NaN)));
 #if HWY_TARGET != HWY_SCALAR
-    using E = Enc16<kFormat>;
-    const VU delta = hn::BitCast(DU(), hn::ShiftLeft<7>(hn::Sub(hn::Set(di, 127), b)));
-    const VU thr = hn::BitCast(
-        DU(), hn::ShiftLeft<7>(hn::Max(hn::Add(b, hn::Set(di, E::kMinNormalExp)), hn::Set(di, 1))));
-    hn::StoreU(hn::TruncateTo(d16, delta), d16, ws.delta + c);
-    hn::StoreU(hn::TruncateTo(d16, thr), d16, ws.thr + c);
+    VI delta, thr;
+    OffsetsV<kFormat>(b, delta, thr);
+    hn::StoreU(hn::TruncateTo(d16, hn::BitCast(DU(), delta)), d16, ws.delta + c);
+    hn::StoreU(hn::TruncateTo(d16, hn::BitCast(DU(), thr)), d16, ws.thr + c);
 #endif
   }
   bool nan_column = !hn::AllFalse(di, any_nan);
