@@ -6,8 +6,10 @@
 // accumulate, 32 along K per step (one MX block per tile row): in four tile registers on
 // AMX, or as four strips of 8 rows x 32 columns in 16 zmm accumulators on AVX512-BF16 (an
 // A pair broadcast against a row of B pairs per instruction). Blocking, shared by both: a thread
-// owns 256 columns of C at a time (their B tiles, 512 K deep, stay in its L2: 256 KiB) and
-// sweeps every 32-row panel of A past them; C is loaded and stored once per 1024 K.
+// owns a column item of C at a time, as many 32-column panels as 1 MiB of their B tiles
+// holds for a K chunk of up to 2048 (at least 2 panels), and sweeps its 32-row panels of A
+// past them; C is loaded and stored once per chunk. Long chunks matter more than wide items
+// here: every C switch drains the tile pipeline (docs/decisions.md, "AMX blocking").
 #include <immintrin.h>
 #include <omp.h>
 
@@ -28,7 +30,7 @@ namespace {
 
 constexpr int64_t kBlockDim = 32;        // C block edge: 2x2 tiles of 16x16
 constexpr int64_t kTileElems = 16 * 32;  // bf16 elements per A or B tile (1 KiB)
-constexpr int64_t kChunkBlocks = 32;     // K blocks (of 32) per pass over C: 1024 K
+constexpr int64_t kChunkBlocks = 64;     // K blocks (of 32) per pass over C: 2048 K
 // B tiles a thread keeps in L2 for one work item (of its 2 MiB): the item is as many
 // 32-column panels as fit, at least 2, so that each pass of A over them does more work.
 constexpr int64_t kBudgetBytes = 1 << 20;
@@ -194,25 +196,25 @@ MXTRAIN_AVX512 void Transpose32x32(uint16_t (*m)[32]) {
 }
 
 // A (logical [I, S]) as 16x32 row tiles: tile (ti, kb) holds rows 16 ti.., K 32 kb..
-// Rows past I and K past S are zero. For columnwise storage, fills tiles ti and ti + 1.
+// Rows past I and K past S are zero.
 MXTRAIN_AVX512 void PackATiles(const GemmOperand& op, const Bf16Table& table, int64_t ti,
                                int64_t kbs, uint16_t* dst) {
-  if (!op.contract_rows) {
-    for (int64_t kb = 0; kb < kbs; ++kb) {
-      uint16_t* tile = dst + (ti * kbs + kb) * kTileElems;
-      for (int64_t r = 0; r < 16; ++r) DecodeRowBlock(op, table, ti * 16 + r, kb, tile + r * 32);
-    }
-    return;
-  }
-  // Columnwise storage [S, I]: 32 storage rows (K) of the 32 free indices of tiles ti and
-  // ti + 1, transposed: rows 0-15 of the transpose are tile ti, rows 16-31 tile ti + 1.
-  alignas(64) uint16_t rows[32][32];
   for (int64_t kb = 0; kb < kbs; ++kb) {
-    for (int64_t c = 0; c < 32; ++c) DecodeStorageRow(op, table, kb * 32 + c, ti * 16, rows[c]);
-    Transpose32x32(rows);
-    std::memcpy(dst + (ti * kbs + kb) * kTileElems, rows[0], 16 * 32 * sizeof(uint16_t));
-    std::memcpy(dst + ((ti + 1) * kbs + kb) * kTileElems, rows[16], 16 * 32 * sizeof(uint16_t));
+    uint16_t* tile = dst + (ti * kbs + kb) * kTileElems;
+    for (int64_t r = 0; r < 16; ++r) DecodeRowBlock(op, table, ti * 16 + r, kb, tile + r * 32);
   }
+}
+
+// Columnwise storage [S, I]: the 32 storage rows (K) of K block kb over the 32 free
+// indices of tiles ti and ti + 1, transposed: rows 0-15 of the transpose are tile ti,
+// rows 16-31 tile ti + 1.
+MXTRAIN_AVX512 void PackATilePairColumnwise(const GemmOperand& op, const Bf16Table& table,
+                                            int64_t ti, int64_t kb, int64_t kbs, uint16_t* dst) {
+  alignas(64) uint16_t rows[32][32];
+  for (int64_t c = 0; c < 32; ++c) DecodeStorageRow(op, table, kb * 32 + c, ti * 16, rows[c]);
+  Transpose32x32(rows);
+  std::memcpy(dst + (ti * kbs + kb) * kTileElems, rows[0], 16 * 32 * sizeof(uint16_t));
+  std::memcpy(dst + ((ti + 1) * kbs + kb) * kTileElems, rows[16], 16 * 32 * sizeof(uint16_t));
 }
 
 Tensor PackA(const GemmOperand& op, int64_t rows_pad, int64_t kbs, int threads) {
@@ -220,18 +222,29 @@ Tensor PackA(const GemmOperand& op, int64_t rows_pad, int64_t kbs, int threads) 
   Tensor out =
       Tensor::Empty(DType::kBF16, {rows_pad / 16, kbs, kTileElems}, MemoryCategory::kWorkspace);
   uint16_t* dst = out.data<uint16_t>();
-  // Rowwise storage packs one tile per call; columnwise a pair (rows_pad is a multiple of 32).
-  const int64_t step = op.contract_rows ? 2 : 1;
+  if (!op.contract_rows) {
 #pragma omp parallel for num_threads(threads) schedule(static)
-  for (int64_t ti = 0; ti < rows_pad / 16; ti += step) PackATiles(op, table, ti, kbs, dst);
+    for (int64_t ti = 0; ti < rows_pad / 16; ++ti) PackATiles(op, table, ti, kbs, dst);
+    return out;
+  }
+  // Columnwise: threads split the K blocks and each walks its storage rows from the first
+  // free index to the last, so every row is read in order and whole cache lines are used
+  // (tile pair by tile pair down K would read 32 bytes per line at a stride of I bytes).
+  // rows_pad is a multiple of 32.
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (int64_t kb = 0; kb < kbs; ++kb) {
+    for (int64_t ti = 0; ti < rows_pad / 16; ti += 2) {
+      PackATilePairColumnwise(op, table, ti, kb, kbs, dst);
+    }
+  }
   return out;
 }
 
 // B (logical [J, S]) in the layout TDPBF16PS reads: tile (tj, kb) row p holds, for the 16
-// columns n of the tile, the pair (B[n][2p], B[n][2p + 1]) of K 32 kb + 2p. Two tiles (32
-// columns) at a time.
+// columns n of the tile, the pair (B[n][2p], B[n][2p + 1]) of K 32 kb + 2p. Packs tiles
+// 2 tp and 2 tp + 1 (32 columns) of K block kb.
 MXTRAIN_AVX512 void PackBTilePair(const GemmOperand& op, const Bf16Table& table, int64_t tp,
-                               int64_t kbs, uint16_t* dst) {
+                                  int64_t kb, int64_t kbs, uint16_t* dst) {
   alignas(64) uint16_t rows[32][32];
   // Pair-interleaving indices: output row p of tile t takes (row 2p, row 2p+1) of columns
   // 16 t .. 16 t + 15, i.e. lanes (n, 32 + n) of the concatenation of the two storage rows.
@@ -242,23 +255,21 @@ MXTRAIN_AVX512 void PackBTilePair(const GemmOperand& op, const Bf16Table& table,
                                                53, 22, 54, 23, 55, 24, 56, 25, 57, 26, 58,
                                                27, 59, 28, 60, 29, 61, 30, 62, 31, 63};
   const __m512i lo_idx = _mm512_load_si512(kLo), hi_idx = _mm512_load_si512(kHi);
-  for (int64_t kb = 0; kb < kbs; ++kb) {
-    uint16_t* tile0 = dst + ((2 * tp) * kbs + kb) * kTileElems;
-    uint16_t* tile1 = dst + ((2 * tp + 1) * kbs + kb) * kTileElems;
-    if (op.contract_rows) {
-      // Storage rows are K: rows[c] = K index 32 kb + c over 32 columns.
-      for (int64_t c = 0; c < 32; ++c) DecodeStorageRow(op, table, kb * 32 + c, tp * 32, rows[c]);
-    } else {
-      // Storage rows are columns n: decode each, then read them transposed below.
-      for (int64_t n = 0; n < 32; ++n) DecodeRowBlock(op, table, tp * 32 + n, kb, rows[n]);
-      Transpose32x32(rows);
-    }
-    for (int64_t p = 0; p < 16; ++p) {
-      const __m512i r0 = _mm512_load_si512(rows[2 * p]);
-      const __m512i r1 = _mm512_load_si512(rows[2 * p + 1]);
-      _mm512_store_si512(tile0 + p * 32, _mm512_permutex2var_epi16(r0, lo_idx, r1));
-      _mm512_store_si512(tile1 + p * 32, _mm512_permutex2var_epi16(r0, hi_idx, r1));
-    }
+  uint16_t* tile0 = dst + ((2 * tp) * kbs + kb) * kTileElems;
+  uint16_t* tile1 = dst + ((2 * tp + 1) * kbs + kb) * kTileElems;
+  if (op.contract_rows) {
+    // Storage rows are K: rows[c] = K index 32 kb + c over 32 columns.
+    for (int64_t c = 0; c < 32; ++c) DecodeStorageRow(op, table, kb * 32 + c, tp * 32, rows[c]);
+  } else {
+    // Storage rows are columns n: decode each, then read them transposed below.
+    for (int64_t n = 0; n < 32; ++n) DecodeRowBlock(op, table, tp * 32 + n, kb, rows[n]);
+    Transpose32x32(rows);
+  }
+  for (int64_t p = 0; p < 16; ++p) {
+    const __m512i r0 = _mm512_load_si512(rows[2 * p]);
+    const __m512i r1 = _mm512_load_si512(rows[2 * p + 1]);
+    _mm512_store_si512(tile0 + p * 32, _mm512_permutex2var_epi16(r0, lo_idx, r1));
+    _mm512_store_si512(tile1 + p * 32, _mm512_permutex2var_epi16(r0, hi_idx, r1));
   }
 }
 
@@ -267,8 +278,19 @@ Tensor PackB(const GemmOperand& op, int64_t cols_pad, int64_t kbs, int threads) 
   Tensor out =
       Tensor::Empty(DType::kBF16, {cols_pad / 16, kbs, kTileElems}, MemoryCategory::kWorkspace);
   uint16_t* dst = out.data<uint16_t>();
+  const int64_t pairs = cols_pad / 32;
+  if (!op.contract_rows) {
 #pragma omp parallel for num_threads(threads) schedule(static)
-  for (int64_t tp = 0; tp < cols_pad / 32; ++tp) PackBTilePair(op, table, tp, kbs, dst);
+    for (int64_t tp = 0; tp < pairs; ++tp) {
+      for (int64_t kb = 0; kb < kbs; ++kb) PackBTilePair(op, table, tp, kb, kbs, dst);
+    }
+    return out;
+  }
+  // Columnwise: by K block, each storage row read in order (as in PackA).
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (int64_t kb = 0; kb < kbs; ++kb) {
+    for (int64_t tp = 0; tp < pairs; ++tp) PackBTilePair(op, table, tp, kb, kbs, dst);
+  }
   return out;
 }
 
@@ -388,7 +410,7 @@ void RunBf16Gemm(const GemmProblem& p, std::vector<uint8_t>& skipped) {
   const uint16_t* b = b_pack.data<uint16_t>();
   // Long contractions: K chunks outermost within an item (C blocks reloaded per chunk), so
   // that only one chunk of each panel's B tiles has to stay in L2 and an item can be wide.
-  const bool chunk_outer = kbs > 2 * kChunkBlocks;
+  const bool chunk_outer = kbs > kChunkBlocks;
   const int64_t resident_kbs = chunk_outer ? kChunkBlocks : kbs;
   const int64_t panel_bytes =
       2 * resident_kbs * kTileElems * static_cast<int64_t>(sizeof(uint16_t));
