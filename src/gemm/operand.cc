@@ -1,5 +1,7 @@
 #include "gemm/operand.h"
 
+#include <omp.h>
+
 #include <algorithm>
 
 #include "mxtrain/error.h"
@@ -36,25 +38,41 @@ RowScaleStats RowScaleStats::Of(const GemmOperand& op) {
   st.min_scale.assign(static_cast<size_t>(op.free), 255);
   st.max_scale.assign(static_cast<size_t>(op.free), 0);
   st.has_nan.assign(static_cast<size_t>(op.free), 0);
-  // Rows are independent; columnwise storage reads scale rows with stride `free`, so
-  // threads take contiguous row ranges.
-#pragma omp parallel for schedule(static)
-  for (int64_t f = 0; f < op.free; ++f) {
-    for (int64_t kb = 0; kb < op.blocks; ++kb) {
-      const uint8_t b = op.Scale(f, kb);
-      if (b == kE8M0NaN) {
-        st.has_nan[f] = 1;
-        continue;
-      }
-      if (b >= st.min_scale[f] && b <= st.max_scale[f]) continue;  // inside the range already
-      // Only blocks with a non-zero element constrain the range (zero blocks get b = 0).
+  const auto visit = [&](int64_t f, int64_t kb) {
+    const uint8_t b = op.Scale(f, kb);
+    if (b == kE8M0NaN) {
+      st.has_nan[f] = 1;
+      return;
+    }
+    // Only blocks with a non-zero element constrain the range. A zero block gets b = 0
+    // (NUMERICS.md §4), so only those are scanned; a block with b > 0 counts as non-zero
+    // even if its codes are all zero, which can only widen the range (more tiles to the
+    // exact path, never a wrong one).
+    if (b == 0 && st.min_scale[f] > 0) {
       bool nonzero = false;
       for (int64_t k = kb * kMxBlock; k < std::min(op.s, (kb + 1) * kMxBlock) && !nonzero; ++k) {
         nonzero = (op.Code(f, k) & 0x7F) != 0;
       }
-      if (!nonzero) continue;
-      st.min_scale[f] = std::min(st.min_scale[f], b);
-      st.max_scale[f] = std::max(st.max_scale[f], b);
+      if (!nonzero) return;
+    }
+    st.min_scale[f] = std::min(st.min_scale[f], b);
+    st.max_scale[f] = std::max(st.max_scale[f], b);
+  };
+  // Rows are independent: threads take contiguous row ranges, and within one each walks the
+  // scales in storage order (down a row for rowwise storage, along scale rows for
+  // columnwise).
+#pragma omp parallel
+  {
+    const int64_t team = omp_get_num_threads(), t = omp_get_thread_num();
+    const int64_t f0 = op.free * t / team, f1 = op.free * (t + 1) / team;
+    if (!op.contract_rows) {
+      for (int64_t f = f0; f < f1; ++f) {
+        for (int64_t kb = 0; kb < op.blocks; ++kb) visit(f, kb);
+      }
+    } else {
+      for (int64_t kb = 0; kb < op.blocks; ++kb) {
+        for (int64_t f = f0; f < f1; ++f) visit(f, kb);
+      }
     }
   }
   return st;
