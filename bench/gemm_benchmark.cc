@@ -1,7 +1,8 @@
 // Google Benchmark front end for the GEMM cases of mxtrain/bench.h: each case is registered
 // as an MX row and, when mxtrain was built with oneDNN, a oneDNN row of the same shape, with
-// a FLOP/s counter; one more row runs the AMX peak loop. Compare the rows' flops counters
-// for the ratio and the peak fraction that `mxtrain bench gemm` prints.
+// a FLOP/s counter; grouped cases add a dense row (the dense MX GEMM of equal flops); one
+// more row runs the AMX peak loop. Compare the rows' flops counters for the ratio, the
+// peak fraction and vs_dense that `mxtrain bench gemm` prints.
 #include <benchmark/benchmark.h>
 #include <omp.h>
 
@@ -18,7 +19,9 @@ namespace {
 // destroyed: at exit, oneDNN's own statics may already be gone.
 std::unique_ptr<mxtrain::GemmBench>& current = *new std::unique_ptr<mxtrain::GemmBench>;
 
-void RunCase(benchmark::State& state, const mxtrain::GemmBenchCase& c, bool onednn) {
+enum class Row { kMx, kOneDnn, kDense };
+
+void RunCase(benchmark::State& state, const mxtrain::GemmBenchCase& c, Row row) {
   if (!current || current->gemm_case().name != c.name) {
     current.reset();
     current = std::make_unique<mxtrain::GemmBench>(c);
@@ -27,21 +30,28 @@ void RunCase(benchmark::State& state, const mxtrain::GemmBenchCase& c, bool oned
     current->WarmUp();
   }
   for (auto _ : state) {
-    if (onednn) {
-      current->RunOneDnn();
-    } else {
-      current->RunMx();
+    switch (row) {
+      case Row::kMx:
+        current->RunMx();
+        break;
+      case Row::kOneDnn:
+        current->RunOneDnn();
+        break;
+      case Row::kDense:
+        current->RunDenseTwin();
+        break;
     }
   }
   state.counters["flops"] = benchmark::Counter(
       current->flops() * static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
 }
 
-void Register(const mxtrain::GemmBenchCase& c, bool onednn) {
-  const std::string name = "gemm/" + c.name + (onednn ? "/onednn" : "/mx") +
-                           "/threads:" + std::to_string(omp_get_max_threads());
+void Register(const mxtrain::GemmBenchCase& c, Row row) {
+  const char* suffix = row == Row::kMx ? "/mx" : row == Row::kOneDnn ? "/onednn" : "/dense";
+  const std::string name =
+      "gemm/" + c.name + suffix + "/threads:" + std::to_string(omp_get_max_threads());
   benchmark::RegisterBenchmark(name.c_str(),
-                               [c, onednn](benchmark::State& state) { RunCase(state, c, onednn); })
+                               [c, row](benchmark::State& state) { RunCase(state, c, row); })
       ->UseRealTime()
       ->Unit(benchmark::kMillisecond);
 }
@@ -65,8 +75,9 @@ void RegisterAmxPeak() {
 bool RegisterGemmBenchmarks() {
   RegisterAmxPeak();
   for (const mxtrain::GemmBenchCase& c : mxtrain::StandardGemmBenchCases()) {
-    Register(c, /*onednn=*/false);
-    if (mxtrain::HaveOneDnnBaseline()) Register(c, /*onednn=*/true);
+    Register(c, Row::kMx);
+    if (mxtrain::HaveOneDnnBaseline()) Register(c, Row::kOneDnn);
+    if (c.kind == mxtrain::GemmBenchKind::kGrouped) Register(c, Row::kDense);
   }
   return true;
 }

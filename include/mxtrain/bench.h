@@ -153,6 +153,11 @@ class GemmBench {
   // nullopt without oneDNN. Only accumulation order differs, so this is ~1e-6; more means
   // the two do not compute the same GEMM.
   std::optional<double> MaxRelDiff() const;
+  // Grouped cases only: one dense MxGemm of the same pass and equal flops (M tokens against
+  // expert 0's weights; for wgrad dY and X quantized columnwise without groups), the
+  // baseline of the grouped-vs-dense target.
+  bool has_dense_twin() const { return dense_a_.defined(); }
+  void RunDenseTwin();
   const GemmBenchCase& gemm_case() const { return case_; }
   int threads() const { return threads_; }
   double flops() const { return flops_; }
@@ -162,8 +167,9 @@ class GemmBench {
   int threads_;
   double flops_;
   GroupList groups_;
-  MxTensor a_, b_;  // the MX operands, in the order the function takes them
-  Tensor mx_out_;
+  MxTensor a_, b_;              // the MX operands, in the order the function takes them
+  MxTensor dense_a_, dense_b_;  // the dense twin's operands (grouped cases)
+  Tensor mx_out_, dense_out_;
   std::vector<Tensor> onednn_tensors_;  // the bf16 inputs its matmuls read
   Tensor onednn_out_;
   std::unique_ptr<internal::OneDnnMatmuls> onednn_;
@@ -182,14 +188,18 @@ struct GemmBenchResult {
   std::optional<double> peak_fraction;    // gflops / amx_peak_gflops
   std::string onednn_impl;
   std::optional<double> max_rel_diff;  // GemmBench::MaxRelDiff() after the warm-up
+  std::optional<double> dense_ms;      // grouped: median of the dense twin (RunDenseTwin)
+  std::optional<double> dense_gflops;
+  std::optional<double> vs_dense;  // grouped: gflops / dense_gflops
 };
 
-// Measures the AMX peak (once a process), warms up (GemmBench::WarmUp), then alternates MX
-// and oneDNN `reps` times each; medians.
+// Measures the AMX peak (once a process), warms up (GemmBench::WarmUp), then alternates MX,
+// oneDNN and (grouped cases) the dense twin `reps` times each; medians.
 GemmBenchResult MeasureGemmBench(const GemmBenchCase& c, int reps);
 // One JSON line: {"case", "kind", "gemm", "m", "n", "k", "groups", "ms", "gflops",
 // "onednn_gflops", "ratio", "amx_peak_gflops", "peak_fraction", "threads", "path",
-// "onednn_ms", "onednn_impl", "max_rel_diff"}; null where a value is absent.
+// "onednn_ms", "onednn_impl", "max_rel_diff", "dense_gflops", "vs_dense"}; null where a value
+// is absent (the last two for dense cases).
 std::string ToJson(const GemmBenchResult& r);
 
 }  // namespace mxtrain

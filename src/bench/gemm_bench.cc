@@ -21,17 +21,22 @@ using internal::RandomTensor;
 
 std::string_view Name(GemmBenchKind kind) {
   switch (kind) {
-    case GemmBenchKind::kDense: return "dense";
-    case GemmBenchKind::kGrouped: return "grouped";
+    case GemmBenchKind::kDense:
+      return "dense";
+    case GemmBenchKind::kGrouped:
+      return "grouped";
   }
   return "?";
 }
 
 std::string_view Name(GemmPass pass) {
   switch (pass) {
-    case GemmPass::kFprop: return "fprop";
-    case GemmPass::kDgrad: return "dgrad";
-    case GemmPass::kWgrad: return "wgrad";
+    case GemmPass::kFprop:
+      return "fprop";
+    case GemmPass::kDgrad:
+      return "dgrad";
+    case GemmPass::kWgrad:
+      return "wgrad";
   }
   return "?";
 }
@@ -99,6 +104,15 @@ GemmBench::GemmBench(const GemmBenchCase& c)
   }
   // Grouped or not, the groups cover all M tokens, so the flops are 2*M*N*K.
   flops_ = c.flops();
+  if (grouped) {
+    if (c.gemm == GemmPass::kWgrad) {  // the same data, blocked over all M tokens
+      dense_a_ = QuantizeColumnwise(RandomTensor({m, n}, 3, threads_), q);
+      dense_b_ = QuantizeColumnwise(RandomTensor({m, k}, 1, threads_), q);
+    } else {
+      dense_a_ = a_;
+      dense_b_ = b_.Matrix(0);
+    }
+  }
 
   if (!internal::HaveOneDnn()) return;
   // The baseline's inputs: the MX operands' exact values in bf16, in the same memory order,
@@ -153,12 +167,20 @@ void GemmBench::RunMx() {
   }
 }
 
+void GemmBench::RunDenseTwin() {
+  if (!has_dense_twin()) return;
+  GemmOptions o;
+  o.threads = threads_;
+  dense_out_ = MxGemm(dense_a_, dense_b_, o);
+}
+
 void GemmBench::WarmUp() {
   using Clock = std::chrono::steady_clock;
   const auto end = Clock::now() + std::chrono::milliseconds(500);
   do {
     RunMx();
     RunOneDnn();
+    RunDenseTwin();
   } while (Clock::now() < end);
 }
 
@@ -204,10 +226,11 @@ GemmBenchResult MeasureGemmBench(const GemmBenchCase& c, int reps) {
   };
   bench.WarmUp();
   r.max_rel_diff = bench.MaxRelDiff();
-  std::vector<double> mx_ms, onednn_ms;
+  std::vector<double> mx_ms, onednn_ms, dense_ms;
   for (int i = 0; i < std::max(reps, 1); ++i) {
     mx_ms.push_back(time_ms([&] { bench.RunMx(); }));
     if (bench.has_onednn()) onednn_ms.push_back(time_ms([&] { bench.RunOneDnn(); }));
+    if (bench.has_dense_twin()) dense_ms.push_back(time_ms([&] { bench.RunDenseTwin(); }));
   }
   const double mega_flops = bench.flops() * 1e-6;  // / ms = GFLOP/s
   r.ms = Median(mx_ms);
@@ -218,6 +241,11 @@ GemmBenchResult MeasureGemmBench(const GemmBenchCase& c, int reps) {
     r.ratio = r.gflops / *r.onednn_gflops;
   }
   if (r.amx_peak_gflops) r.peak_fraction = r.gflops / *r.amx_peak_gflops;
+  if (bench.has_dense_twin()) {
+    r.dense_ms = Median(dense_ms);
+    r.dense_gflops = mega_flops / *r.dense_ms;
+    r.vs_dense = r.gflops / *r.dense_gflops;
+  }
   return r;
 }
 
@@ -226,12 +254,16 @@ std::string ToJson(const GemmBenchResult& r) {
   os << "{\"case\": \"" << r.c.name << "\", \"kind\": \"" << Name(r.c.kind) << "\", \"gemm\": \""
      << Name(r.c.gemm) << "\", \"m\": " << r.c.m << ", \"n\": " << r.c.n << ", \"k\": " << r.c.k
      << ", \"groups\": " << r.c.num_groups() << ", \"ms\": " << JsonNumber(r.ms)
-     << ", \"gflops\": " << JsonNumber(r.gflops) << ", \"onednn_gflops\": " << JsonNumber(r.onednn_gflops)
-     << ", \"ratio\": " << JsonNumber(r.ratio) << ", \"amx_peak_gflops\": " << JsonNumber(r.amx_peak_gflops)
+     << ", \"gflops\": " << JsonNumber(r.gflops)
+     << ", \"onednn_gflops\": " << JsonNumber(r.onednn_gflops)
+     << ", \"ratio\": " << JsonNumber(r.ratio)
+     << ", \"amx_peak_gflops\": " << JsonNumber(r.amx_peak_gflops)
      << ", \"peak_fraction\": " << JsonNumber(r.peak_fraction) << ", \"threads\": " << r.threads
      << ", \"path\": \"" << r.path << "\", \"onednn_ms\": " << JsonNumber(r.onednn_ms)
      << ", \"onednn_impl\": " << (r.onednn_impl.empty() ? "null" : "\"" + r.onednn_impl + "\"")
-     << ", \"max_rel_diff\": " << JsonNumber(r.max_rel_diff, /*scientific=*/true) << "}";
+     << ", \"max_rel_diff\": " << JsonNumber(r.max_rel_diff, /*scientific=*/true)
+     << ", \"dense_gflops\": " << JsonNumber(r.dense_gflops)
+     << ", \"vs_dense\": " << JsonNumber(r.vs_dense) << "}";
   return os.str();
 }
 
