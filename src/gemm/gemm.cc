@@ -192,9 +192,9 @@ std::string CurrentGemmPath() {
 Tensor MxGemm(const MxTensor& a, const MxTensor& b, const GemmOptions& options) {
   const Checked c = CheckOperands(a, b, options);
   Tensor c32 = ResultBuffer(c, options);
-  const RowScaleStats a_stats = RowScaleStats::Of(c.a);
-  const RowScaleStats b_stats = RowScaleStats::Of(c.b);
   const int threads = options.threads > 0 ? options.threads : omp_get_max_threads();
+  const RowScaleStats a_stats = RowScaleStats::Of(c.a, threads);
+  const RowScaleStats b_stats = RowScaleStats::Of(c.b, threads);
   const bool overwrite = options.accumulate == nullptr;
   const GemmProblem p{c.a, c.b, &a_stats, &b_stats, c32.data<float>(), overwrite, threads};
   const int64_t tiles_i = CeilDiv(c.a.free, internal::kGemmTile);

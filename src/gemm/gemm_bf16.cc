@@ -123,7 +123,7 @@ MXTRAIN_AVX512 inline __m512i OffsetsOf(const uint8_t* scales) {
 // The logical row f, K block kb (32 values) of an operand as bf16 into out[32]; scalar for
 // columnwise storage and partial blocks.
 MXTRAIN_AVX512 void DecodeRowBlock(const GemmOperand& op, const Bf16Table& table, int64_t f,
-                                int64_t kb, uint16_t* out) {
+                                   int64_t kb, uint16_t* out) {
   const int64_t k0 = kb * 32;
   if (f >= op.free) {
     std::memset(out, 0, 64);
@@ -143,7 +143,7 @@ MXTRAIN_AVX512 void DecodeRowBlock(const GemmOperand& op, const Bf16Table& table
 
 // Storage row k (a K index) of a columnwise operand, free indices [f0, f0 + 32), as bf16.
 MXTRAIN_AVX512 void DecodeStorageRow(const GemmOperand& op, const Bf16Table& table, int64_t k,
-                                  int64_t f0, uint16_t* out) {
+                                     int64_t f0, uint16_t* out) {
   if (k >= op.s) {
     std::memset(out, 0, 64);
     return;

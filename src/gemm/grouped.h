@@ -4,7 +4,13 @@
 // is bit-identical to that call on the group alone.
 #pragma once
 
+#include <omp.h>
+
+#include <algorithm>
 #include <cstring>
+#include <exception>
+#include <mutex>
+#include <vector>
 
 #include "mxtrain/error.h"
 #include "mxtrain/gemm.h"
@@ -12,13 +18,65 @@
 
 namespace mxtrain::internal {
 
+// Runs fn(e, threads_per_call) once for every group e with rows. Groups run concurrently,
+// one thread each (largest first, each to the thread with the least work so far), when
+// that balances their rows to within 5% of an even split over `threads`; otherwise one
+// after another with all threads. Each group's result is the same either way (a GEMM's
+// bytes never depend on its thread count); one thread per group saves the barriers and
+// the uneven split of a small group's row panels, and each thread's L2 holds only its own
+// expert's weights. The first exception thrown by any call is rethrown.
+// Whether a per-group call's result is independent of its thread count (the MX GEMM), so
+// that groups may run concurrently with one thread each, or not (oneDNN picks its blocking,
+// and with it the summation order, by thread count): then each call gets all threads.
+enum class GroupThreads { kAnyCount, kAllThreads };
+
+template <typename Fn>
+void ForEachGroup(const GroupList& groups, int threads, GroupThreads mode, Fn&& fn) {
+  std::vector<int> order;
+  for (int e = 0; e < groups.num_groups(); ++e) {
+    if (groups.size(e) > 0) order.push_back(e);
+  }
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int x, int y) { return groups.size(x) > groups.size(y); });
+  std::vector<int64_t> load(static_cast<size_t>(std::max(threads, 1)), 0);
+  std::vector<int> owner(static_cast<size_t>(groups.num_groups()), -1);
+  for (int e : order) {
+    const auto least = std::min_element(load.begin(), load.end());
+    *least += groups.size(e);
+    owner[e] = static_cast<int>(least - load.begin());
+  }
+  const int64_t makespan = load.empty() ? 0 : *std::max_element(load.begin(), load.end());
+  const bool concurrent = mode == GroupThreads::kAnyCount && threads > 1 &&
+                          static_cast<double>(makespan) * threads <= 1.05 * groups.total_rows();
+  if (!concurrent) {
+    for (int e : order) fn(e, threads);
+    return;
+  }
+  std::exception_ptr error;
+  std::mutex error_mutex;
+#pragma omp parallel num_threads(threads)
+  {
+    const int t = omp_get_thread_num();
+    for (int e : order) {
+      if (owner[e] != t) continue;
+      try {
+        fn(e, 1);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(error_mutex);
+        if (!error) error = std::current_exception();
+      }
+    }
+  }
+  if (error) std::rethrow_exception(error);
+}
+
 // fprop / dgrad of x_rows tokens against `experts` weight matrices: y [x_rows, out_cols]
 // of options.out_dtype; for each group e with rows, gemm(e, o) with o = options writing
-// rows of e in place (o.out) and o.bias row e of an [E, out_cols] bias. `op` prefixes the
-// messages.
+// rows of e in place (o.out) and o.bias row e of an [E, out_cols] bias, run by
+// ForEachGroup. `op` prefixes the messages.
 template <typename Gemm>
-Tensor GroupedRowsGemm(const GroupList& groups, int64_t experts, int64_t x_rows,
-                       int64_t out_cols, const GemmOptions& options, const char* op, Gemm&& gemm) {
+Tensor GroupedRowsGemm(const GroupList& groups, int64_t experts, int64_t x_rows, int64_t out_cols,
+                       const GemmOptions& options, const char* op, GroupThreads mode, Gemm&& gemm) {
   MXTRAIN_CHECK(groups.num_groups() == experts, op, ": ", groups.num_groups(), " groups for ",
                 experts, " experts");
   MXTRAIN_CHECK(groups.total_rows() == x_rows, op, ": group list covers ", groups.total_rows(),
@@ -26,14 +84,15 @@ Tensor GroupedRowsGemm(const GroupList& groups, int64_t experts, int64_t x_rows,
   MXTRAIN_CHECK(options.accumulate == nullptr && options.out == nullptr, op,
                 ": no accumulator or output tensor (accumulation is for wgrad)");
   if (options.bias != nullptr) {
-    MXTRAIN_CHECK(options.bias->dtype() == DType::kF32 &&
-                      options.bias->shape() == (Shape{experts, out_cols}),
-                  op, ": bias must be f32 [", experts, ", ", out_cols, "]");
+    MXTRAIN_CHECK(
+        options.bias->dtype() == DType::kF32 && options.bias->shape() == (Shape{experts, out_cols}),
+        op, ": bias must be f32 [", experts, ", ", out_cols, "]");
   }
   Tensor y = Tensor::Empty(options.out_dtype, {groups.total_rows(), out_cols}, options.category);
-  for (int e = 0; e < groups.num_groups(); ++e) {
-    if (groups.size(e) == 0) continue;
+  const int threads = options.threads > 0 ? options.threads : omp_get_max_threads();
+  ForEachGroup(groups, threads, mode, [&](int e, int group_threads) {
     GemmOptions o = options;
+    o.threads = group_threads;
     Tensor bias_e;
     if (options.bias != nullptr) {
       bias_e = options.bias->Slice(e, e + 1).Reshape({out_cols});
@@ -42,7 +101,7 @@ Tensor GroupedRowsGemm(const GroupList& groups, int64_t experts, int64_t x_rows,
     Tensor y_e = y.Slice(groups.begin(e), groups.end(e));  // written in place
     o.out = &y_e;
     gemm(e, o);
-  }
+  });
   return y;
 }
 
@@ -51,32 +110,37 @@ Tensor GroupedRowsGemm(const GroupList& groups, int64_t experts, int64_t x_rows,
 // group gets dW[e] = 0, or leaves the accumulator untouched.
 template <typename Gemm>
 Tensor GroupedWgradGemm(const GroupList& groups, const Shape& shape, const GemmOptions& options,
-                        const char* op, Gemm&& gemm) {
+                        const char* op, GroupThreads mode, Gemm&& gemm) {
   MXTRAIN_CHECK(
       options.out_dtype == DType::kF32 && options.bias == nullptr && options.out == nullptr, op,
       ": the output is a new f32 tensor (or the accumulator), no bias");
   Tensor out;
   if (options.accumulate != nullptr) {
-    MXTRAIN_CHECK(options.accumulate->dtype() == DType::kF32 && options.accumulate->shape() == shape,
-                  op, ": accumulator must be f32 ", shape.ToString());
+    MXTRAIN_CHECK(
+        options.accumulate->dtype() == DType::kF32 && options.accumulate->shape() == shape, op,
+        ": accumulator must be f32 ", shape.ToString());
     out = *options.accumulate;
   } else {
     out = Tensor::Empty(DType::kF32, shape, options.category);
   }
   for (int e = 0; e < groups.num_groups(); ++e) {
-    Tensor dw_e = out.Slice(e, e + 1).Reshape({shape[1], shape[2]});
-    if (groups.size(e) == 0) {
-      if (options.accumulate == nullptr) std::memset(dw_e.raw(), 0, dw_e.NumBytes());
-      continue;
+    if (groups.size(e) == 0 && options.accumulate == nullptr) {
+      Tensor dw_e = out.Slice(e, e + 1).Reshape({shape[1], shape[2]});
+      std::memset(dw_e.raw(), 0, dw_e.NumBytes());
     }
+  }
+  const int threads = options.threads > 0 ? options.threads : omp_get_max_threads();
+  ForEachGroup(groups, threads, mode, [&](int e, int group_threads) {
+    Tensor dw_e = out.Slice(e, e + 1).Reshape({shape[1], shape[2]});
     GemmOptions o = options;
+    o.threads = group_threads;
     if (options.accumulate != nullptr) {
       o.accumulate = &dw_e;
     } else {
       o.out = &dw_e;  // written in place
     }
     gemm(e, o);
-  }
+  });
   return out;
 }
 

@@ -19,7 +19,7 @@ Tensor MxGroupedGemm(const MxTensor& x, const MxTensor& w, const GroupList& grou
   MXTRAIN_CHECK(contraction == x.cols(), "grouped gemm: x contracts ", x.cols(),
                 " but each expert's matrix contracts ", contraction);
   return internal::GroupedRowsGemm(groups, w.shape()[0], x.rows(), out_cols, options,
-                                   "grouped gemm",
+                                   "grouped gemm", internal::GroupThreads::kAnyCount,
                                    [&](int e, const GemmOptions& o) {
                                      MxGemm(x.Rows(groups.begin(e), groups.end(e)), w.Matrix(e), o);
                                    });
@@ -32,10 +32,9 @@ Tensor MxGroupedWgrad(const MxTensor& dy, const MxTensor& x, const GemmOptions& 
                 ") differ from x groups (", x.groups()->ToString(), ")");
   const GroupList& groups = *dy.groups();
   const Shape shape{groups.num_groups(), dy.cols(), x.cols()};
-  return internal::GroupedWgradGemm(groups, shape, options, "grouped wgrad",
-                                    [&](int e, const GemmOptions& o) {
-                                      MxGemm(dy.Group(e), x.Group(e), o);
-                                    });
+  return internal::GroupedWgradGemm(
+      groups, shape, options, "grouped wgrad", internal::GroupThreads::kAnyCount,
+      [&](int e, const GemmOptions& o) { MxGemm(dy.Group(e), x.Group(e), o); });
 }
 
 }  // namespace mxtrain

@@ -36,8 +36,9 @@ struct HpView {
 };
 
 HpView ViewOf(const Tensor& t, Contract c, DType compute, int threads, const char* name) {
-  MXTRAIN_CHECK(t.defined() && t.rank() == 2 && (t.dtype() == DType::kF32 || t.dtype() == DType::kBF16),
-                "hp gemm: ", name, " must be a 2-D f32 or bf16 tensor");
+  MXTRAIN_CHECK(
+      t.defined() && t.rank() == 2 && (t.dtype() == DType::kF32 || t.dtype() == DType::kBF16),
+      "hp gemm: ", name, " must be a 2-D f32 or bf16 tensor");
   const bool first = c == Contract::kFirst;
   // Rounding to the compute type is the only copy: bf16 operands for a bf16 GEMM, f32 for f32.
   return HpView{CastTo(t, compute, MemoryCategory::kWorkspace, threads), first,
@@ -47,7 +48,8 @@ HpView ViewOf(const Tensor& t, Contract c, DType compute, int threads, const cha
 // Element (f, k) of a view as fp32.
 inline float At(const HpView& v, int64_t f, int64_t k) {
   const int64_t idx = v.contract_first ? k * v.free + f : f * v.s + k;
-  return v.t.dtype() == DType::kBF16 ? Bf16ToF32(v.t.data<uint16_t>()[idx]) : v.t.data<float>()[idx];
+  return v.t.dtype() == DType::kBF16 ? Bf16ToF32(v.t.data<uint16_t>()[idx])
+                                     : v.t.data<float>()[idx];
 }
 
 // The portable path: B packed as fp32 [S, J] once, then for each block of 4 rows of C the
@@ -225,14 +227,15 @@ Tensor HpGemm(const Tensor& a, Contract a_contract, const Tensor& b, Contract b_
   return internal::FinishGemm(std::move(c32), options, threads);
 }
 
-Tensor HpGroupedGemm(const Tensor& x, const Tensor& w, Contract w_contract,
-                     const GroupList& groups, DType compute, const GemmOptions& options) {
+Tensor HpGroupedGemm(const Tensor& x, const Tensor& w, Contract w_contract, const GroupList& groups,
+                     DType compute, const GemmOptions& options) {
   MXTRAIN_CHECK(x.defined() && x.rank() == 2, "hp grouped gemm: x must be 2-D [M, S]");
   MXTRAIN_CHECK(w.defined() && w.rank() == 3, "hp grouped gemm: w must be 3-D [E, R, C], got ",
                 w.shape().ToString());
   const int64_t out_cols = w_contract == Contract::kLast ? w.shape()[1] : w.shape()[2];
   return internal::GroupedRowsGemm(
-      groups, w.shape()[0], x.shape()[0], out_cols, options, "hp grouped gemm", [&](int e, const GemmOptions& o) {
+      groups, w.shape()[0], x.shape()[0], out_cols, options, "hp grouped gemm",
+      internal::GroupThreads::kAllThreads, [&](int e, const GemmOptions& o) {
         HpGemm(x.Slice(groups.begin(e), groups.end(e)), Contract::kLast,
                w.Slice(e, e + 1).Reshape({w.shape()[1], w.shape()[2]}), w_contract, compute, o);
       });
@@ -246,7 +249,8 @@ Tensor HpGroupedWgrad(const Tensor& dy, const Tensor& x, const GroupList& groups
                 " must be 2-D with the group list's ", groups.total_rows(), " rows");
   const Shape shape{groups.num_groups(), dy.shape()[1], x.shape()[1]};
   return internal::GroupedWgradGemm(
-      groups, shape, options, "hp grouped wgrad", [&](int e, const GemmOptions& o) {
+      groups, shape, options, "hp grouped wgrad", internal::GroupThreads::kAllThreads,
+      [&](int e, const GemmOptions& o) {
         HpGemm(dy.Slice(groups.begin(e), groups.end(e)), Contract::kFirst,
                x.Slice(groups.begin(e), groups.end(e)), Contract::kFirst, compute, o);
       });

@@ -33,7 +33,7 @@ GemmOperand GemmOperand::Of(const MxTensor& t, const char* name) {
   return op;
 }
 
-RowScaleStats RowScaleStats::Of(const GemmOperand& op) {
+RowScaleStats RowScaleStats::Of(const GemmOperand& op, int threads) {
   RowScaleStats st;
   st.min_scale.assign(static_cast<size_t>(op.free), 255);
   st.max_scale.assign(static_cast<size_t>(op.free), 0);
@@ -61,7 +61,7 @@ RowScaleStats RowScaleStats::Of(const GemmOperand& op) {
   // Rows are independent: threads take contiguous row ranges, and within one each walks the
   // scales in storage order (down a row for rowwise storage, along scale rows for
   // columnwise).
-#pragma omp parallel
+#pragma omp parallel num_threads(threads)
   {
     const int64_t team = omp_get_num_threads(), t = omp_get_thread_num();
     const int64_t f0 = op.free * t / team, f1 = op.free * (t + 1) / team;

@@ -37,7 +37,7 @@ struct RowScaleStats {
   std::vector<uint8_t> max_scale;
   std::vector<uint8_t> has_nan;
 
-  static RowScaleStats Of(const GemmOperand& op);
+  static RowScaleStats Of(const GemmOperand& op, int threads);
 };
 
 // Whether every product of a row with scale range [a_min, a_max] and a row with range
