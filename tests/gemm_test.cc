@@ -5,9 +5,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
+#include <numeric>
 #include <random>
 #include <vector>
 
+#include "gemm/grouped.h"
 #include "mxtrain/error.h"
 #include "mxtrain/gemm.h"
 #include "mxtrain/quantize.h"
@@ -320,6 +323,60 @@ TEST(GroupedGemm, WgradPerGroupAndEmptyGroups) {
     for (int64_t i = 0; i < n * k; ++i) ASSERT_EQ(main_grad.data<float>()[1 * n * k + i], 1.5f);
   }
   ForceGemmPath("");
+}
+
+// Groups that balance across 2 threads run concurrently, one thread each; others run one
+// after another with both threads. Either way every group equals its own dense GEMM with
+// all threads, and 1 and 2 threads give the same bytes.
+TEST(GroupedGemm, ConcurrentGroupsEqualDensePerGroup) {
+  const int64_t k = 64, n = 48, experts = 6;
+  const std::vector<std::vector<int64_t>> lists{{37, 0, 45, 18, 40, 60}, {150, 3, 0, 5, 1, 41}};
+  const std::vector<bool> concurrent{true, false};
+  for (size_t l = 0; l < lists.size(); ++l) {
+    const int64_t m = std::accumulate(lists[l].begin(), lists[l].end(), int64_t{0});
+    const GroupList groups = GroupList::Make(lists[l], GroupListType::kCounts, m);
+    EXPECT_EQ(internal::PlanGroups(groups, 2, internal::GroupThreads::kAnyCount).concurrent,
+              concurrent[l]);
+    EXPECT_FALSE(internal::PlanGroups(groups, 2, internal::GroupThreads::kAllThreads).concurrent);
+    EXPECT_FALSE(internal::PlanGroups(groups, 1, internal::GroupThreads::kAnyCount).concurrent);
+    const MxTensor xq = QuantizeRowwise(MakeF32({m, k}, RandomValues(m * k, 71, -2, 2)), {});
+    const MxTensor wq =
+        QuantizeRowwise(MakeF32({experts, n, k}, RandomValues(experts * n * k, 72, -2, 2)), {});
+    const MxTensor dyq = QuantizeGrouped(MakeF32({m, n}, RandomValues(m * n, 73, -2, 2)), groups, {});
+    const MxTensor xg = QuantizeGrouped(MakeF32({m, k}, RandomValues(m * k, 74, -2, 2)), groups, {});
+    for (const std::string& path : AvailableGemmPaths()) {
+      ForceGemmPath(path);
+      std::vector<Tensor> y(3), dw(3);
+      for (int threads : {1, 2}) {
+        GemmOptions o;
+        o.threads = threads;
+        y[threads] = MxGroupedGemm(xq, wq, groups, o);
+        Tensor acc = Tensor::Empty(DType::kF32, {experts, n, k});
+        for (int64_t i = 0; i < acc.NumElements(); ++i) acc.data<float>()[i] = 0.25f;
+        o.accumulate = &acc;
+        dw[threads] = MxGroupedWgrad(dyq, xg, o);
+      }
+      EXPECT_EQ(std::memcmp(y[1].raw(), y[2].raw(), y[1].NumBytes()), 0) << path;
+      EXPECT_EQ(std::memcmp(dw[1].raw(), dw[2].raw(), dw[1].NumBytes()), 0) << path;
+      for (int e = 0; e < experts; ++e) {
+        const float* got_dw = dw[2].data<float>() + e * n * k;
+        if (groups.size(e) == 0) {
+          for (int64_t i = 0; i < n * k; ++i) ASSERT_EQ(got_dw[i], 0.25f) << path << " " << e;
+          continue;
+        }
+        const Tensor ye = MxGemm(xq.Rows(groups.begin(e), groups.end(e)), wq.Matrix(e));
+        EXPECT_EQ(std::memcmp(ye.raw(), y[2].data<float>() + groups.begin(e) * n, ye.NumBytes()), 0)
+            << path << " " << e;
+        Tensor acc_e = Tensor::Empty(DType::kF32, {n, k});
+        for (int64_t i = 0; i < n * k; ++i) acc_e.data<float>()[i] = 0.25f;
+        GemmOptions o;
+        o.accumulate = &acc_e;
+        MxGemm(dyq.Group(e), xg.Group(e), o);
+        EXPECT_EQ(std::memcmp(acc_e.raw(), got_dw, acc_e.NumBytes()), 0) << path << " " << e;
+      }
+    }
+    ForceGemmPath("");
+  }
 }
 
 TEST(GroupedGemm, BadInputsRaise) {

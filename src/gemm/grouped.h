@@ -18,6 +18,40 @@
 
 namespace mxtrain::internal {
 
+// Whether a per-group call's result is independent of its thread count (the MX GEMM), so
+// that groups may run concurrently with one thread each, or not (oneDNN picks its blocking,
+// and with it the summation order, by thread count): then each call gets all threads.
+enum class GroupThreads { kAnyCount, kAllThreads };
+
+// How ForEachGroup runs (PlanGroups): the groups with rows, largest first, and the thread
+// that owns each group in a concurrent run (-1 for empty ones).
+struct GroupSchedule {
+  bool concurrent = false;
+  std::vector<int> order;
+  std::vector<int> owner;
+};
+
+inline GroupSchedule PlanGroups(const GroupList& groups, int threads, GroupThreads mode) {
+  GroupSchedule plan;
+  for (int e = 0; e < groups.num_groups(); ++e) {
+    if (groups.size(e) > 0) plan.order.push_back(e);
+  }
+  std::stable_sort(plan.order.begin(), plan.order.end(),
+                   [&](int x, int y) { return groups.size(x) > groups.size(y); });
+  std::vector<int64_t> load(static_cast<size_t>(std::max(threads, 1)), 0);
+  plan.owner.assign(static_cast<size_t>(groups.num_groups()), -1);
+  for (int e : plan.order) {
+    const auto least = std::min_element(load.begin(), load.end());
+    *least += groups.size(e);
+    plan.owner[e] = static_cast<int>(least - load.begin());
+  }
+  const int64_t makespan = *std::max_element(load.begin(), load.end());
+  plan.concurrent =
+      mode == GroupThreads::kAnyCount && threads > 1 &&
+      static_cast<double>(makespan) * threads <= 1.05 * static_cast<double>(groups.total_rows());
+  return plan;
+}
+
 // Runs fn(e, threads_per_call) once for every group e with rows. Groups run concurrently,
 // one thread each (largest first, each to the thread with the least work so far), when
 // that balances their rows to within 5% of an even split over `threads`; otherwise one
@@ -25,31 +59,11 @@ namespace mxtrain::internal {
 // bytes never depend on its thread count); one thread per group saves the barriers and
 // the uneven split of a small group's row panels, and each thread's L2 holds only its own
 // expert's weights. The first exception thrown by any call is rethrown.
-// Whether a per-group call's result is independent of its thread count (the MX GEMM), so
-// that groups may run concurrently with one thread each, or not (oneDNN picks its blocking,
-// and with it the summation order, by thread count): then each call gets all threads.
-enum class GroupThreads { kAnyCount, kAllThreads };
-
 template <typename Fn>
 void ForEachGroup(const GroupList& groups, int threads, GroupThreads mode, Fn&& fn) {
-  std::vector<int> order;
-  for (int e = 0; e < groups.num_groups(); ++e) {
-    if (groups.size(e) > 0) order.push_back(e);
-  }
-  std::stable_sort(order.begin(), order.end(),
-                   [&](int x, int y) { return groups.size(x) > groups.size(y); });
-  std::vector<int64_t> load(static_cast<size_t>(std::max(threads, 1)), 0);
-  std::vector<int> owner(static_cast<size_t>(groups.num_groups()), -1);
-  for (int e : order) {
-    const auto least = std::min_element(load.begin(), load.end());
-    *least += groups.size(e);
-    owner[e] = static_cast<int>(least - load.begin());
-  }
-  const int64_t makespan = load.empty() ? 0 : *std::max_element(load.begin(), load.end());
-  const bool concurrent = mode == GroupThreads::kAnyCount && threads > 1 &&
-                          static_cast<double>(makespan) * threads <= 1.05 * groups.total_rows();
-  if (!concurrent) {
-    for (int e : order) fn(e, threads);
+  const GroupSchedule plan = PlanGroups(groups, threads, mode);
+  if (!plan.concurrent) {
+    for (int e : plan.order) fn(e, threads);
     return;
   }
   std::exception_ptr error;
@@ -57,8 +71,8 @@ void ForEachGroup(const GroupList& groups, int threads, GroupThreads mode, Fn&& 
 #pragma omp parallel num_threads(threads)
   {
     const int t = omp_get_thread_num();
-    for (int e : order) {
-      if (owner[e] != t) continue;
+    for (int e : plan.order) {
+      if (plan.owner[e] != t) continue;
       try {
         fn(e, 1);
       } catch (...) {
