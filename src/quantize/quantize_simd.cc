@@ -15,8 +15,9 @@
 // On every target but SCALAR, full blocks go through a second encoder on 16-bit lanes
 // (twice the lanes per instruction; docs/decisions.md "16-bit quantization lanes"): a bf16
 // value times 2^(127-b) is its bit pattern plus (127-b) << 7 while the result is an element
-// normal, and rounding those 7 mantissa bits to 3 (or 2) is the same integer rounding as
-// above. An fp32 input is first narrowed to 16 bits with round-to-odd (the low 16 bits
+// normal (taken as one saturating subtraction that also rebases the exponent to the
+// element's bias, so zeros stay zero), and rounding those 7 mantissa bits to 3 (or 2) is
+// the same integer rounding as above. An fp32 input is first narrowed to 16 bits with round-to-odd (the low 16 bits
 // OR-ed into the lowest kept bit), which keeps round-to-nearest-even to the 3 or 2 bits
 // exact (4 spare bits, where 2 suffice). A vector holding any lane that would be an element
 // subnormal, or an input subnormal, is encoded again by the fp32 encoder from the source;
@@ -279,43 +280,55 @@ struct Enc16 {
   static constexpr bool kE4M3 = kFormat == ElementFormat::kE4M3;
   static constexpr int kShift = kE4M3 ? 4 : 5;              // 7 - mantissa bits
   static constexpr int kMinNormalExp = kE4M3 ? -6 : -14;    // of the element format
-  static constexpr uint16_t kMaxBits = kE4M3 ? 0x43E0 : 0x4760;  // bf16 448 | 57344
-  // Round half to even: add 2^(kShift-1) - 1 and the lowest kept bit, then shift; the bf16
-  // exponent 127 + e becomes the element's e + bias by subtracting (127 - bias) << 7 first.
-  static constexpr uint16_t kRound =
-      static_cast<uint16_t>((1 << (kShift - 1)) - 1 - ((kE4M3 ? 120 : 112) << 7));
-  // Per block (or column) of scale byte b (not NaN): the exponent-field offset of the
-  // multiplication by 2^(127-b), modulo 2^16 ...
-  static uint16_t Delta(uint8_t b) { return static_cast<uint16_t>((127 - int{b}) * 128); }
-  // ... and the smallest |bits| that is an input normal and an element normal once scaled.
-  static uint16_t Threshold(uint8_t b) {
-    return static_cast<uint16_t>(std::max(1, int{b} + kMinNormalExp) << 7);
+  static constexpr int kRebias = (kE4M3 ? 120 : 112) << 7;  // (127 - element bias) << 7
+  // The largest element, 448 | 57344, as a bf16 pattern less kRebias.
+  static constexpr uint16_t kMaxBits = (kE4M3 ? 0x43E0 : 0x4760) - kRebias;
+  // Round half to even: add 2^(kShift-1) - 1 and the lowest kept bit, then shift.
+  static constexpr uint16_t kRound = (1 << (kShift - 1)) - 1;
+  // The smallest scale byte whose multiplication by 2^(127-b) is a subtraction of
+  // (b - kMinScale) << 7 from the bf16 pattern, once rebased by kRebias.
+  static constexpr int kMinScale = kE4M3 ? 7 : 15;
+  // Per block (or column) of scale byte b (not NaN): what a saturating subtraction takes
+  // off |bits| to give an element normal's (exponent, 7-bit mantissa) in the element's own
+  // bias; zero stays zero ...
+  static uint16_t Sub(uint8_t b) {
+    return static_cast<uint16_t>(std::max(0, int{b} - kMinScale) << 7);
+  }
+  // ... and one less than the smallest |bits| that is an input normal and an element normal
+  // once scaled: lanes with |bits| - 1 below it (nonzero and smaller) take the fp32 encoder,
+  // every nonzero lane when b < kMinScale.
+  static uint16_t SlowBelow(uint8_t b) {
+    if (b < kMinScale) return 0xFFFE;
+    return static_cast<uint16_t>((std::max(1, int{b} + kMinNormalExp) << 7) - 1);
   }
 };
 
-// Enc16::Delta and ::Threshold on a vector of scale bytes (32-bit lanes, none NaN).
+// Enc16::Sub and ::SlowBelow on a vector of scale bytes (32-bit lanes, none NaN).
 template <ElementFormat kFormat>
-HWY_INLINE void OffsetsV(VI b, VI& delta, VI& thr) {
+HWY_INLINE void OffsetsV(VI b, VI& sub, VI& slow_below) {
+  using E = Enc16<kFormat>;
   const DI di;
-  delta = hn::ShiftLeft<7>(hn::Sub(hn::Set(di, 127), b));
-  thr = hn::ShiftLeft<7>(hn::Max(hn::Add(b, hn::Set(di, Enc16<kFormat>::kMinNormalExp)), hn::Set(di, 1)));
+  sub = hn::ShiftLeft<7>(hn::Max(hn::Sub(b, hn::Set(di, E::kMinScale)), hn::Zero(di)));
+  const VI thr = hn::ShiftLeft<7>(hn::Max(hn::Add(b, hn::Set(di, E::kMinNormalExp)), hn::Set(di, 1)));
+  slow_below = hn::IfThenElse(hn::Lt(b, hn::Set(di, E::kMinScale)), hn::Set(di, 0xFFFE),
+                              hn::Sub(thr, hn::Set(di, 1)));
 }
 
-// Codes (in the low byte of each lane) of 16-bit values h scaled by the per-lane exponent
-// offsets `delta`. `slow` gets the lanes this encoder may not take (nonzero and below thr):
-// the caller encodes the vector again with the fp32 encoder when any is set.
+// Codes (in the low byte of each lane) of 16-bit values h scaled by the per-lane
+// subtrahends `sub` (Enc16::Sub). `slow` gets the lanes this encoder may not take (|h| - 1
+// below slow_below): the caller encodes the vector again with the fp32 encoder when any is
+// set. Zero lanes saturate to 0, which rounds to code 0 before the sign.
 template <ElementFormat kFormat>
-HWY_INLINE V16 Encode16(V16 h, V16 delta, V16 thr, M16& slow) {
+HWY_INLINE V16 Encode16(V16 h, V16 sub, V16 slow_below, M16& slow) {
   using E = Enc16<kFormat>;
   const D16 d;
   const V16 abs = hn::And(h, hn::Set(d, 0x7FFF));
-  const M16 small = hn::Lt(abs, thr);
-  slow = hn::AndNot(hn::Eq(abs, hn::Zero(d)), small);
-  const V16 clamped = hn::Min(hn::Add(abs, delta), hn::Set(d, E::kMaxBits));  // saturate
+  slow = hn::Lt(hn::Sub(abs, hn::Set(d, 1)), slow_below);
+  const V16 clamped = hn::Min(hn::SaturatedSub(abs, sub), hn::Set(d, E::kMaxBits));  // saturate
   const V16 lsb = hn::And(hn::ShiftRight<E::kShift>(clamped), hn::Set(d, 1));
   const V16 mag =
       hn::ShiftRight<E::kShift>(hn::Add(hn::Add(clamped, hn::Set(d, E::kRound)), lsb));
-  return hn::OrAnd(hn::IfThenZeroElse(small, mag), hn::ShiftRight<8>(h), hn::Set(d, 0x80));
+  return hn::OrAnd(mag, hn::ShiftRight<8>(h), hn::Set(d, 0x80));
 }
 
 HWY_INLINE void StoreCodes16(V16 codes, uint8_t* out) {
@@ -324,6 +337,21 @@ HWY_INLINE void StoreCodes16(V16 codes, uint8_t* out) {
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), _mm512_cvtepi16_epi8(codes.raw));
 #else
   hn::StoreU(hn::TruncateTo(D8(), codes), D8(), out);
+#endif
+}
+
+// StoreCodes16 of a then b, to 2 * Lanes(D16()) consecutive bytes: on AVX-512 one pack and
+// one permute for both instead of a vpmovwb (two uops) each.
+HWY_INLINE void StoreCodes16x2(V16 a, V16 b, uint8_t* out) {
+#if HWY_TARGET <= HWY_AVX3
+  // vpackuswb interleaves the 128-bit blocks (a0 b0 a1 b1 ...; codes fit a byte unsigned);
+  // vpermq puts a's four quarters first.
+  const __m512i packed = _mm512_packus_epi16(a.raw, b.raw);
+  const __m512i order = _mm512_set_epi64(7, 5, 3, 1, 6, 4, 2, 0);
+  _mm512_storeu_si512(out, _mm512_permutexvar_epi64(order, packed));
+#else
+  StoreCodes16(a, out);
+  StoreCodes16(b, out + hn::Lanes(D16()));
 #endif
 }
 
@@ -368,22 +396,41 @@ HWY_NOINLINE void EncodeSlow16(const void* base, int64_t index, const uint8_t* l
   }
 }
 
-// One full block of 32 at `index` with scale byte `scale` (not NaN). Returns a bit per
-// 16-bit vector of the block that the fp32 encoder must redo (RedoSlow16): the redo stays
-// out of the hot loop, where a call would make the compiler rebuild its constants.
-template <bool kBf16, ElementFormat kFormat>
-HWY_INLINE uint32_t EncodeBlock16(const void* base, int64_t index, uint16_t delta_bits,
-                                  uint16_t thr_bits, uint8_t* out) {
+// kBlocks adjacent full blocks of 32 at `index` whose Enc16::Sub and ::SlowBelow are both
+// halves of sub2[j] and slow2[j] (a 32-bit broadcast from memory is a load alone; a 16-bit
+// one also takes a shuffle). The lanes the fp32 encoder must redo are OR-ed into
+// `any_slow` (SlowVectors16 finds them afterwards, outside the hot loop).
+template <bool kBf16, ElementFormat kFormat, size_t kBlocks>
+HWY_INLINE void EncodeBlocks16(const void* base, int64_t index, const uint32_t* sub2,
+                               const uint32_t* slow2, uint8_t* out, M16& any_slow) {
   const D16 d;
-  const V16 delta = hn::Set(d, delta_bits);
-  const V16 thr = hn::Set(d, thr_bits);
+  const size_t n = hn::Lanes(d);
+  constexpr size_t kVecs = kBlocks * kBlockVecs16;
+  V16 codes[kVecs];
+  for (size_t i = 0; i < kVecs; ++i) {
+    const size_t j = i / kBlockVecs16;
+    M16 slow;
+    codes[i] = Encode16<kFormat>(Load16<kBf16>(base, index + static_cast<int64_t>(i * n)),
+                                 hn::BitCast(d, hn::Set(DU(), sub2[j])),
+                                 hn::BitCast(d, hn::Set(DU(), slow2[j])), slow);
+    any_slow = hn::Or(any_slow, slow);
+  }
+  for (size_t i = 0; i + 1 < kVecs; i += 2) StoreCodes16x2(codes[i], codes[i + 1], out + i * n);
+  if constexpr (kVecs % 2 == 1) StoreCodes16(codes[kVecs - 1], out + (kVecs - 1) * n);
+}
+
+// A bit per 16-bit vector of the block at `index` that the fp32 encoder must redo: the
+// slow-lane test of Encode16 alone, run only for blocks whose encode reported any.
+template <bool kBf16, ElementFormat kFormat>
+HWY_INLINE uint32_t SlowVectors16(const void* base, int64_t index, uint8_t scale) {
+  using E = Enc16<kFormat>;
+  const D16 d;
   const size_t n = hn::Lanes(d);
   uint32_t redo = 0;
   for (size_t i = 0; i < kBlockVecs16; ++i) {
-    M16 slow;
-    StoreCodes16(Encode16<kFormat>(Load16<kBf16>(base, index + static_cast<int64_t>(i * n)),
-                                   delta, thr, slow),
-                 out + i * n);
+    const V16 abs = hn::And(Load16<kBf16>(base, index + static_cast<int64_t>(i * n)),
+                            hn::Set(d, 0x7FFF));
+    const M16 slow = hn::Lt(hn::Sub(abs, hn::Set(d, 1)), hn::Set(d, E::SlowBelow(scale)));
     redo |= static_cast<uint32_t>(!hn::AllFalse(d, slow)) << i;
   }
   return redo;
@@ -410,9 +457,13 @@ HWY_INLINE void QuantizeBlock16(const void* base, int64_t index, uint8_t scale, 
     return;
   }
   using E = Enc16<kFormat>;
-  const uint32_t redo =
-      EncodeBlock16<kBf16, kFormat>(base, index, E::Delta(scale), E::Threshold(scale), out);
-  if (HWY_UNLIKELY(redo != 0)) RedoSlow16<kBf16, kFormat>(base, index, scale, redo, out);
+  M16 any_slow = hn::FirstN(D16(), 0);
+  const uint32_t sub2 = E::Sub(scale) * 0x10001u, slow2 = E::SlowBelow(scale) * 0x10001u;
+  EncodeBlocks16<kBf16, kFormat, 1>(base, index, &sub2, &slow2, out, any_slow);
+  if (HWY_UNLIKELY(!hn::AllFalse(D16(), any_slow))) {
+    RedoSlow16<kBf16, kFormat>(base, index, scale, SlowVectors16<kBf16, kFormat>(base, index, scale),
+                               out);
+  }
 }
 
 // |x| of one 16-bit (bf16) vector, widened to fp32 lanes that hold the larger of each
@@ -458,27 +509,25 @@ HWY_INLINE void BlockBatch16(const QuantSource& src, int64_t index, uint8_t* out
     }
     return;
   }
-  // The 16-bit encoder's per-block offsets and thresholds (Enc16::Delta, ::Threshold).
-  alignas(64) int32_t delta[kLanes], thr[kLanes];
-  VI delta_v, thr_v;
-  OffsetsV<kFormat>(b, delta_v, thr_v);
-  hn::Store(delta_v, DI(), delta);
-  hn::Store(thr_v, DI(), thr);
+  // The 16-bit encoder's per-block subtrahends and thresholds (Enc16::Sub, ::SlowBelow),
+  // each in both halves of a 32-bit lane.
+  alignas(64) uint32_t sub[kLanes], slow_below[kLanes];
+  VI sub_v, slow_v;
+  OffsetsV<kFormat>(b, sub_v, slow_v);
+  hn::Store(hn::BitCast(DU(), hn::Or(sub_v, hn::ShiftLeft<16>(sub_v))), DU(), sub);
+  hn::Store(hn::BitCast(DU(), hn::Or(slow_v, hn::ShiftLeft<16>(slow_v))), DU(), slow_below);
   const void* x = src.x;
-  uint32_t redo[kLanes];
-  uint32_t any_redo = 0;
-  for (size_t j = 0; j < kLanes; ++j) {
-    redo[j] = EncodeBlock16<kBf16, kFormat>(x, index + static_cast<int64_t>(j) * kBlock,
-                                            static_cast<uint16_t>(delta[j]),
-                                            static_cast<uint16_t>(thr[j]), out + j * kBlock);
-    any_redo |= redo[j];
+  M16 any_slow = hn::FirstN(D16(), 0);
+  constexpr size_t kStep = kLanes % 2 == 0 ? 2 : 1;  // pairs share one pack (StoreCodes16x2)
+  for (size_t j = 0; j < kLanes; j += kStep) {
+    EncodeBlocks16<kBf16, kFormat, kStep>(x, index + static_cast<int64_t>(j) * kBlock, sub + j,
+                                          slow_below + j, out + j * kBlock, any_slow);
   }
-  if (HWY_UNLIKELY(any_redo != 0)) {
+  if (HWY_UNLIKELY(!hn::AllFalse(D16(), any_slow))) {
     for (size_t j = 0; j < kLanes; ++j) {
-      if (redo[j] != 0) {
-        RedoSlow16<kBf16, kFormat>(x, index + static_cast<int64_t>(j) * kBlock, scales[j],
-                                   redo[j], out + j * kBlock);
-      }
+      const int64_t at = index + static_cast<int64_t>(j) * kBlock;
+      const uint32_t redo = SlowVectors16<kBf16, kFormat>(x, at, scales[j]);
+      if (redo != 0) RedoSlow16<kBf16, kFormat>(x, at, scales[j], redo, out + j * kBlock);
     }
   }
 }
@@ -506,7 +555,7 @@ HWY_INLINE void AccumulateColumnAmax16(const QuantSource& src, int64_t row, int6
 // offsets and thresholds, the fp32 factors for the exact path.
 template <bool kBf16, ElementFormat kFormat>
 void EncodeColumnStrip16(const QuantSource& src, const ColStrip& strip, ColwiseOut out,
-                         const uint8_t* scales, const uint16_t* delta, const uint16_t* thr) {
+                         const uint8_t* scales, const uint16_t* sub, const uint16_t* slow_below) {
   const D16 d;
   const int64_t n = static_cast<int64_t>(hn::Lanes(d));
   const void* x = src.x;
@@ -529,16 +578,16 @@ void EncodeColumnStrip16(const QuantSource& src, const ColStrip& strip, ColwiseO
         if constexpr (!kBf16) __builtin_prefetch(next + 64, 0, 2);
       }
       M16 slow;
-      const V16 codes = Encode16<kFormat>(Load16<kBf16>(x, base + c), hn::LoadU(d, delta + (c - col0)),
-                                          hn::LoadU(d, thr + (c - col0)), slow);
+      const V16 codes = Encode16<kFormat>(Load16<kBf16>(x, base + c), hn::LoadU(d, sub + (c - col0)),
+                                          hn::LoadU(d, slow_below + (c - col0)), slow);
       StoreCodes16(codes, data + c);
       any_slow = hn::Or(any_slow, slow);
     }
     if (HWY_UNLIKELY(!hn::AllFalse(d, any_slow))) {  // redo the flagged vectors of the row
       for (c = col0; c + n <= col1; c += n) {
         M16 slow;
-        Encode16<kFormat>(Load16<kBf16>(x, base + c), hn::LoadU(d, delta + (c - col0)),
-                          hn::LoadU(d, thr + (c - col0)), slow);
+        Encode16<kFormat>(Load16<kBf16>(x, base + c), hn::LoadU(d, sub + (c - col0)),
+                          hn::LoadU(d, slow_below + (c - col0)), slow);
         if (!hn::AllFalse(d, slow)) {
           EncodeSlow16<kBf16, kFormat>(x, base + c, scales + (c - col0), 0, data + c);
         }
@@ -636,13 +685,13 @@ template <bool kBf16>
 struct StripWorkspace {
   ColumnAmax<kBf16>* amax;
   float* mult;
-  uint16_t* delta;
-  uint16_t* thr;
+  uint16_t* sub;
+  uint16_t* slow_below;
   StripWorkspace(void* workspace, int64_t width)
       : amax(static_cast<ColumnAmax<kBf16>*>(workspace)),
         mult(reinterpret_cast<float*>(static_cast<char*>(workspace) + 4 * width)),
-        delta(reinterpret_cast<uint16_t*>(static_cast<char*>(workspace) + 8 * width)),
-        thr(reinterpret_cast<uint16_t*>(static_cast<char*>(workspace) + 10 * width)) {
+        sub(reinterpret_cast<uint16_t*>(static_cast<char*>(workspace) + 8 * width)),
+        slow_below(reinterpret_cast<uint16_t*>(static_cast<char*>(workspace) + 10 * width)) {
     std::fill(amax, amax + width, ColumnAmax<kBf16>{0});
   }
 };
@@ -684,10 +733,10 @@ void FinishColumnStrip(const QuantSource& src, const ColStrip& strip, ColwiseOut
     hn::StoreU(hn::TruncateTo(d8, hn::BitCast(DU(), b)), d8, scales + c);
     any_nan = hn::Or(any_nan, hn::Eq(b, hn::Set(di, kE8M0NaN)));
 #if HWY_TARGET != HWY_SCALAR
-    VI delta, thr;
-    OffsetsV<kFormat>(b, delta, thr);
-    hn::StoreU(hn::TruncateTo(d16, hn::BitCast(DU(), delta)), d16, ws.delta + c);
-    hn::StoreU(hn::TruncateTo(d16, hn::BitCast(DU(), thr)), d16, ws.thr + c);
+    VI sub, slow_below;
+    OffsetsV<kFormat>(b, sub, slow_below);
+    hn::StoreU(hn::TruncateTo(d16, hn::BitCast(DU(), sub)), d16, ws.sub + c);
+    hn::StoreU(hn::TruncateTo(d16, hn::BitCast(DU(), slow_below)), d16, ws.slow_below + c);
 #endif
   }
   bool nan_column = !hn::AllFalse(di, any_nan);
@@ -695,8 +744,8 @@ void FinishColumnStrip(const QuantSource& src, const ColStrip& strip, ColwiseOut
     scales[c] = BlockScale(src.rule, kFormat, static_cast<uint32_t>(ws.amax[c]) << (sizeof(ws.amax[0]) == 2 ? 16 : 0));
     nan_column |= scales[c] == kE8M0NaN;
 #if HWY_TARGET != HWY_SCALAR
-    ws.delta[c] = Enc16<kFormat>::Delta(scales[c]);
-    ws.thr[c] = Enc16<kFormat>::Threshold(scales[c]);
+    ws.sub[c] = Enc16<kFormat>::Sub(scales[c]);
+    ws.slow_below[c] = Enc16<kFormat>::SlowBelow(scales[c]);
 #endif
   }
   if (HWY_UNLIKELY(nan_column) || !k16) {
@@ -709,7 +758,7 @@ void FinishColumnStrip(const QuantSource& src, const ColStrip& strip, ColwiseOut
     return;
   }
 #if HWY_TARGET != HWY_SCALAR
-  EncodeColumnStrip16<kBf16, kFormat>(src, strip, out, scales, ws.delta, ws.thr);
+  EncodeColumnStrip16<kBf16, kFormat>(src, strip, out, scales, ws.sub, ws.slow_below);
 #endif
 }
 
