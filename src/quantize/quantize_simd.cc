@@ -488,35 +488,13 @@ HWY_INLINE VI PairMaxBits(V16 abs16) {
   return hn::BitCast(DI(), hn::Max(hn::ShiftLeft<16>(u), hn::And(u, hn::Set(DU(), 0xFFFF0000u))));
 }
 
-// kLanes consecutive full blocks of 16-bit lanes: amax, scales, encode.
+// kLanes consecutive full blocks at `index` in 16-bit lanes, given their scale bytes b (one
+// per 32-bit lane): the bytes stored to `scales`, then the encode (NaN blocks and redos
+// included).
 template <bool kBf16, ElementFormat kFormat>
-HWY_INLINE void BlockBatch16(const QuantSource& src, int64_t index, uint8_t* out,
-                             uint8_t* scales) {
+HWY_INLINE void EncodeBatch16(const QuantSource& src, int64_t index, VI b, uint8_t* out,
+                              uint8_t* scales) {
   constexpr size_t kLanes = hn::MaxLanes(DI());
-  VI block_amax[kLanes];
-  for (size_t j = 0; j < kLanes; ++j) {
-    const int64_t at = index + static_cast<int64_t>(j) * kBlock;
-    PrefetchAhead<kBf16>(src.x, at);
-    if constexpr (kBf16) {
-      const size_t n = hn::Lanes(D16());
-      V16 amax = hn::Zero(D16());
-      for (size_t i = 0; i < kBlockVecs16; ++i) {
-        amax = hn::Max(amax, hn::And(Load16<true>(src.x, at + static_cast<int64_t>(i * n)),
-                                     hn::Set(D16(), 0x7FFF)));
-      }
-      block_amax[j] = hn::BitCast(DI(), amax);  // 16-bit maxima, paired up after the reduction
-    } else {
-      const size_t n = hn::Lanes(DF());
-      VI amax = hn::Zero(DI());
-      for (size_t i = 0; i < kBlockVecs; ++i) {
-        amax = hn::Max(amax, AbsBits(LoadF<false>(src.x, at + static_cast<int64_t>(i * n))));
-      }
-      block_amax[j] = amax;
-    }
-  }
-  VI amax = TransposeMax<kLanes, kBf16>(block_amax);
-  if constexpr (kBf16) amax = PairMaxBits(hn::BitCast(D16(), amax));
-  const VI b = ScalesV(src.scale_table, amax);
   hn::StoreU(hn::TruncateTo(hn::Rebind<uint8_t, DI>(), hn::BitCast(DU(), b)),
              hn::Rebind<uint8_t, DI>(), scales);
   if (HWY_UNLIKELY(!hn::AllFalse(DI(), hn::Eq(b, hn::Set(DI(), kE8M0NaN))))) {
@@ -547,6 +525,37 @@ HWY_INLINE void BlockBatch16(const QuantSource& src, int64_t index, uint8_t* out
       if (redo != 0) RedoSlow16<kBf16, kFormat>(x, at, scales[j], redo, out + j * kBlock);
     }
   }
+}
+
+// kLanes consecutive full blocks of 16-bit lanes: amax, scales, encode.
+template <bool kBf16, ElementFormat kFormat>
+HWY_INLINE void BlockBatch16(const QuantSource& src, int64_t index, uint8_t* out,
+                             uint8_t* scales) {
+  constexpr size_t kLanes = hn::MaxLanes(DI());
+  VI block_amax[kLanes];
+  for (size_t j = 0; j < kLanes; ++j) {
+    const int64_t at = index + static_cast<int64_t>(j) * kBlock;
+    PrefetchAhead<kBf16>(src.x, at);
+    if constexpr (kBf16) {
+      const size_t n = hn::Lanes(D16());
+      V16 amax = hn::Zero(D16());
+      for (size_t i = 0; i < kBlockVecs16; ++i) {
+        amax = hn::Max(amax, hn::And(Load16<true>(src.x, at + static_cast<int64_t>(i * n)),
+                                     hn::Set(D16(), 0x7FFF)));
+      }
+      block_amax[j] = hn::BitCast(DI(), amax);  // 16-bit maxima, paired up after the reduction
+    } else {
+      const size_t n = hn::Lanes(DF());
+      VI amax = hn::Zero(DI());
+      for (size_t i = 0; i < kBlockVecs; ++i) {
+        amax = hn::Max(amax, AbsBits(LoadF<false>(src.x, at + static_cast<int64_t>(i * n))));
+      }
+      block_amax[j] = amax;
+    }
+  }
+  VI amax = TransposeMax<kLanes, kBf16>(block_amax);
+  if constexpr (kBf16) amax = PairMaxBits(hn::BitCast(D16(), amax));
+  EncodeBatch16<kBf16, kFormat>(src, index, ScalesV(src.scale_table, amax), out, scales);
 }
 
 // Columnwise pass 1 of a bf16 source in 16-bit lanes: amax[c] = max(amax[c], |x[row, c]|).
@@ -869,20 +878,20 @@ void DualT(const QuantSource& src, const ColStrip& strip, RowwiseOut row_out, Co
       const VI b = ScalesV(src.scale_table,
                            DualAmaxBits<kBf16>(TransposeMax<kLanes, kDualRaw16<kBf16>>(block_amax)));
       uint8_t* scales = row_scales + c / kBlock;
+#if HWY_TARGET != HWY_SCALAR
+      EncodeBatch16<kBf16, kFormat>(src, base + c, b, row_out.data + base + c, scales);
+#else
       hn::StoreU(hn::TruncateTo(hn::Rebind<uint8_t, DI>(), hn::BitCast(DU(), b)),
                  hn::Rebind<uint8_t, DI>(), scales);
       for (size_t j = 0; j < kLanes; ++j) {
         const int64_t at = c + static_cast<int64_t>(j) * kBlock;
-#if HWY_TARGET != HWY_SCALAR
-        QuantizeBlock16<kBf16, kFormat>(src.x, base + at, scales[j], row_out.data + base + at);
-#else
         VF vecs[kBlockVecs];
         for (size_t i = 0; i < kBlockVecs; ++i) {
           vecs[i] = LoadF<kBf16>(src.x, base + at + static_cast<int64_t>(i * hn::Lanes(DF())));
         }
         EncodeBlock<kFormat>(vecs, scales[j], row_out.data + base + at);
-#endif
       }
+#endif
     }
     for (; c + kBlock <= strip.col1; c += kBlock) {
       PrefetchAhead<kBf16>(src.x, base + c);
