@@ -294,6 +294,12 @@ Tensor PackB(const GemmOperand& op, int64_t cols_pad, int64_t kbs, int threads) 
   return out;
 }
 
+// The 16 cache lines of one 1 KiB tile into L1.
+MXTRAIN_AMX inline void PrefetchTileL1(const uint16_t* tile) {
+  const char* p = reinterpret_cast<const char*>(tile);
+  for (int line = 0; line < 16; ++line) _mm_prefetch(p + 64 * line, _MM_HINT_T0);
+}
+
 // C[32x32] (row stride ldc floats) += A panel (tiles a, a + kbs) . B panel (tiles b, b + kbs)
 // over K blocks [kb0, kb1).
 // load_c: false when C is known to be zero (first K chunk, no accumulator): the tiles
@@ -315,6 +321,15 @@ MXTRAIN_AMX void AmxBlock(const uint16_t* a, const uint16_t* b, int64_t kbs, int
   const uint16_t* a1 = a + kbs * kTileElems;
   const uint16_t* b1 = b + kbs * kTileElems;
   for (int64_t kb = kb0; kb < kb1; ++kb) {
+    // The four tiles of two steps ahead into L1: tile loads that miss L1 wait on line-fill
+    // buffers (measured: square_4096 1774-1805 -> 1891-1907 GFLOP/s, layer_fc1_fprop
+    // 1736-1807 -> 1843-1885, wgrad and dgrad within noise to +8%).
+    if (kb + 2 < kb1) {
+      PrefetchTileL1(a + (kb + 2) * kTileElems);
+      PrefetchTileL1(b + (kb + 2) * kTileElems);
+      PrefetchTileL1(b1 + (kb + 2) * kTileElems);
+      PrefetchTileL1(a1 + (kb + 2) * kTileElems);
+    }
     // Loads interleaved with the products that need them, so that each load overlaps the
     // previous product (measured: 2.5 TFLOP/s per core from L1 against 0.7 when all four
     // tiles load first).
