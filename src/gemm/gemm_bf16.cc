@@ -56,9 +56,12 @@ MXTRAIN_AMX void ConfigureTiles() {
 }
 
 // bf16 bits of every element code, unscaled (E4M3 and E5M2 values are normal in bf16).
+// `finite_max`: the largest magnitude code of a finite value (E4M3 0x7E, E5M2 0x7B).
 struct Bf16Table {
-  std::array<uint16_t, 256> bits;
-  explicit Bf16Table(ElementFormat f) {
+  alignas(64) std::array<uint16_t, 256> bits;  // the magnitudes 0..127 first: DecodeBf16x32
+  uint16_t finite_max;
+  explicit Bf16Table(ElementFormat f)
+      : finite_max(f == ElementFormat::kE4M3 ? 0x7E : 0x7B) {
     for (int c = 0; c < 256; ++c) bits[c] = F32ToBf16(DecodeElement(f, static_cast<uint8_t>(c)));
   }
 };
@@ -74,39 +77,23 @@ inline uint16_t DecodeBf16(const Bf16Table& t, ElementFormat f, uint8_t code, ui
 }
 
 // 32 codes -> 32 bf16 with per-lane exponent offsets ((scale - 127) << 7), the vector form of
-// DecodeBf16: normal codes by shifting the exponent and mantissa into place, subnormal
-// codes from a table, zero, Inf and NaN kept as they are.
-MXTRAIN_AVX512 inline __m512i DecodeBf16x32(ElementFormat f, __m256i codes, __m512i offsets) {
+// DecodeBf16: each magnitude looked up in the table's first 128 entries (two two-register
+// word permutes and a select on bit 6: zero, subnormals, Inf and NaN included), the offset
+// added to finite nonzero ones, the sign put back.
+MXTRAIN_AVX512 inline __m512i DecodeBf16x32(const Bf16Table& t, __m256i codes, __m512i offsets) {
   const __m512i w = _mm512_cvtepu8_epi16(codes);
   const __m512i mag = _mm512_and_si512(w, _mm512_set1_epi16(0x7F));
-  const __m512i sign = _mm512_slli_epi16(_mm512_and_si512(w, _mm512_set1_epi16(0x80)), 8);
-  __m512i v;
-  __mmask32 nonfinite, subnormal;
-  if (f == ElementFormat::kE4M3) {
-    // bf16 of m * 2^-9 for m = 0..7 (only the first 8 entries are used).
-    const __m512i table =
-        _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-                         0x3C60, 0x3C40, 0x3C20, 0x3C00, 0x3BC0, 0x3B80, 0x3B00, 0);
-    v = _mm512_add_epi16(_mm512_slli_epi16(mag, 4), _mm512_set1_epi16(120 << 7));
-    subnormal = _mm512_cmplt_epu16_mask(mag, _mm512_set1_epi16(8));
-    v = _mm512_mask_blend_epi16(subnormal, v, _mm512_permutexvar_epi16(mag, table));
-    nonfinite = _mm512_cmpeq_epi16_mask(mag, _mm512_set1_epi16(0x7F));
-    v = _mm512_mask_blend_epi16(nonfinite, v, _mm512_set1_epi16(0x7FC0));
-  } else {
-    // bf16 of m * 2^-16 for m = 0..3.
-    const __m512i table = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-                                           0, 0, 0, 0, 0, 0, 0, 0, 0, 0x3840, 0x3800, 0x3780, 0);
-    v = _mm512_add_epi16(_mm512_slli_epi16(mag, 5), _mm512_set1_epi16(112 << 7));
-    subnormal = _mm512_cmplt_epu16_mask(mag, _mm512_set1_epi16(4));
-    v = _mm512_mask_blend_epi16(subnormal, v, _mm512_permutexvar_epi16(mag, table));
-    nonfinite = _mm512_cmpge_epu16_mask(mag, _mm512_set1_epi16(0x7C));
-    const __mmask32 inf = _mm512_cmpeq_epi16_mask(mag, _mm512_set1_epi16(0x7C));
-    v = _mm512_mask_blend_epi16(nonfinite, v, _mm512_set1_epi16(0x7FC0));
-    v = _mm512_mask_blend_epi16(inf, v, _mm512_set1_epi16(0x7F80));
-  }
-  const __mmask32 zero = _mm512_cmpeq_epi16_mask(mag, _mm512_setzero_si512());
-  v = _mm512_mask_add_epi16(v, ~(zero | nonfinite), v, offsets);
-  return _mm512_or_si512(v, sign);
+  const uint16_t* m = t.bits.data();
+  const __m512i lo = _mm512_permutex2var_epi16(_mm512_load_si512(m), mag, _mm512_load_si512(m + 32));
+  const __m512i hi =
+      _mm512_permutex2var_epi16(_mm512_load_si512(m + 64), mag, _mm512_load_si512(m + 96));
+  __m512i v = _mm512_mask_blend_epi16(_mm512_test_epi16_mask(mag, _mm512_set1_epi16(0x40)), lo, hi);
+  // Finite nonzero: mag - 1 below finite_max (zero wraps around to 0xFFFF).
+  const __mmask32 scaled = _mm512_cmplt_epu16_mask(_mm512_sub_epi16(mag, _mm512_set1_epi16(1)),
+                                                    _mm512_set1_epi16(static_cast<int16_t>(t.finite_max)));
+  v = _mm512_mask_add_epi16(v, scaled, v, offsets);
+  // v | (w << 8 & 0x8000): the code's sign bit onto the bf16's.
+  return _mm512_ternarylogic_epi32(v, _mm512_slli_epi16(w, 8), _mm512_set1_epi16(static_cast<int16_t>(0x8000)), 0xF8);
 }
 
 MXTRAIN_AVX512 inline __m512i BroadcastOffset(uint8_t scale) {
@@ -132,7 +119,7 @@ MXTRAIN_AVX512 void DecodeRowBlock(const GemmOperand& op, const Bf16Table& table
   if (!op.contract_rows && k0 + 32 <= op.s) {
     const __m256i codes =
         _mm256_loadu_si256(reinterpret_cast<const __m256i*>(op.data + f * op.s + k0));
-    _mm512_storeu_si512(out, DecodeBf16x32(op.format, codes, BroadcastOffset(op.Scale(f, kb))));
+    _mm512_storeu_si512(out, DecodeBf16x32(table, codes, BroadcastOffset(op.Scale(f, kb))));
     return;
   }
   for (int64_t c = 0; c < 32; ++c) {
@@ -153,7 +140,7 @@ MXTRAIN_AVX512 void DecodeStorageRow(const GemmOperand& op, const Bf16Table& tab
     const __m256i codes =
         _mm256_loadu_si256(reinterpret_cast<const __m256i*>(op.data + k * op.free + f0));
     _mm512_storeu_si512(out,
-                        DecodeBf16x32(op.format, codes, OffsetsOf(op.scales + kb * op.free + f0)));
+                        DecodeBf16x32(table, codes, OffsetsOf(op.scales + kb * op.free + f0)));
     return;
   }
   for (int64_t c = 0; c < 32; ++c) {
@@ -162,37 +149,61 @@ MXTRAIN_AVX512 void DecodeStorageRow(const GemmOperand& op, const Bf16Table& tab
   }
 }
 
-// Transposes a 32x32 matrix of 16-bit values in place: five butterfly stages that swap
-// the off-diagonal b x b blocks (b = 16, 8, 4, 2, 1), two permutes per row pair each.
-MXTRAIN_AVX512 void Transpose32x32(uint16_t (*m)[32]) {
+// Transposes a square matrix of 64-byte rows of T in place: N = 64 / sizeof(T) rows (32 of
+// 16-bit values, 16 of 32-bit ones), log2(N) butterfly stages that swap the off-diagonal
+// b x b blocks (b = N/2 .. 1), two two-register permutes per row pair each.
+template <typename T>
+MXTRAIN_AVX512 void TransposeRows(__m512i* rows) {
+  constexpr int kN = 64 / static_cast<int>(sizeof(T));
+  constexpr int kStages = kN == 32 ? 5 : 4;
   struct Indices {
-    alignas(64) uint16_t lo[5][32];
-    alignas(64) uint16_t hi[5][32];
+    alignas(64) T lo[kStages][kN];
+    alignas(64) T hi[kStages][kN];
     Indices() {
-      for (int stage = 0; stage < 5; ++stage) {
-        const int b = 16 >> stage;
-        for (int c = 0; c < 32; ++c) {
-          lo[stage][c] = static_cast<uint16_t>((c & b) == 0 ? c : 32 + c - b);
-          hi[stage][c] = static_cast<uint16_t>((c & b) == 0 ? c + b : 32 + c);
+      for (int stage = 0; stage < kStages; ++stage) {
+        const int b = (kN / 2) >> stage;
+        for (int c = 0; c < kN; ++c) {
+          lo[stage][c] = static_cast<T>((c & b) == 0 ? c : kN + c - b);
+          hi[stage][c] = static_cast<T>((c & b) == 0 ? c + b : kN + c);
         }
       }
     }
   };
   static const Indices kIdx;
-  __m512i rows[32];
-  for (int r = 0; r < 32; ++r) rows[r] = _mm512_load_si512(m[r]);
-  for (int stage = 0; stage < 5; ++stage) {
-    const int b = 16 >> stage;
+  for (int stage = 0; stage < kStages; ++stage) {
+    const int b = (kN / 2) >> stage;
     const __m512i lo = _mm512_load_si512(kIdx.lo[stage]);
     const __m512i hi = _mm512_load_si512(kIdx.hi[stage]);
-    for (int i = 0; i < 32; ++i) {
+    for (int i = 0; i < kN; ++i) {
       if (i & b) continue;
       const __m512i top = rows[i], bottom = rows[i + b];
-      rows[i] = _mm512_permutex2var_epi16(top, lo, bottom);
-      rows[i + b] = _mm512_permutex2var_epi16(top, hi, bottom);
+      if constexpr (sizeof(T) == 2) {
+        rows[i] = _mm512_permutex2var_epi16(top, lo, bottom);
+        rows[i + b] = _mm512_permutex2var_epi16(top, hi, bottom);
+      } else {
+        rows[i] = _mm512_permutex2var_epi32(top, lo, bottom);
+        rows[i + b] = _mm512_permutex2var_epi32(top, hi, bottom);
+      }
     }
   }
+}
+
+// A 32x32 matrix of 16-bit values, transposed in place.
+MXTRAIN_AVX512 void Transpose32x32(uint16_t (*m)[32]) {
+  __m512i rows[32];
+  for (int r = 0; r < 32; ++r) rows[r] = _mm512_load_si512(m[r]);
+  TransposeRows<uint16_t>(rows);
   for (int r = 0; r < 32; ++r) _mm512_store_si512(m[r], rows[r]);
+}
+
+// A 16x16 matrix of 32-bit values (64-byte rows at src, aligned), transposed into dst.
+MXTRAIN_AVX512 void Transpose16x16x32(const void* src, void* dst) {
+  const auto* in = static_cast<const __m512i*>(src);
+  auto* out = static_cast<__m512i*>(dst);
+  __m512i rows[16];
+  for (int r = 0; r < 16; ++r) rows[r] = _mm512_load_si512(in + r);
+  TransposeRows<uint32_t>(rows);
+  for (int r = 0; r < 16; ++r) _mm512_store_si512(out + r, rows[r]);
 }
 
 // A (logical [I, S]) as 16x32 row tiles: tile (ti, kb) holds rows 16 ti.., K 32 kb..
@@ -257,14 +268,16 @@ MXTRAIN_AVX512 void PackBTilePair(const GemmOperand& op, const Bf16Table& table,
   const __m512i lo_idx = _mm512_load_si512(kLo), hi_idx = _mm512_load_si512(kHi);
   uint16_t* tile0 = dst + ((2 * tp) * kbs + kb) * kTileElems;
   uint16_t* tile1 = dst + ((2 * tp + 1) * kbs + kb) * kTileElems;
-  if (op.contract_rows) {
-    // Storage rows are K: rows[c] = K index 32 kb + c over 32 columns.
-    for (int64_t c = 0; c < 32; ++c) DecodeStorageRow(op, table, kb * 32 + c, tp * 32, rows[c]);
-  } else {
-    // Storage rows are columns n: decode each, then read them transposed below.
+  if (!op.contract_rows) {
+    // Storage rows are columns n: row n's 32 values are its 16 K pairs, so each tile is the
+    // 16x16 transpose, in 32-bit pairs, of its 16 decoded rows.
     for (int64_t n = 0; n < 32; ++n) DecodeRowBlock(op, table, tp * 32 + n, kb, rows[n]);
-    Transpose32x32(rows);
+    Transpose16x16x32(rows[0], tile0);
+    Transpose16x16x32(rows[16], tile1);
+    return;
   }
+  // Storage rows are K: rows[c] = K index 32 kb + c over 32 columns, interleaved in pairs.
+  for (int64_t c = 0; c < 32; ++c) DecodeStorageRow(op, table, kb * 32 + c, tp * 32, rows[c]);
   for (int64_t p = 0; p < 16; ++p) {
     const __m512i r0 = _mm512_load_si512(rows[2 * p]);
     const __m512i r1 = _mm512_load_si512(rows[2 * p + 1]);
