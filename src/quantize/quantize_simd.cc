@@ -803,8 +803,32 @@ void FinishColumnStrip(const QuantSource& src, const ColStrip& strip, ColwiseOut
 template <bool kBf16, ElementFormat kFormat>
 void ColwiseT(const QuantSource& src, const ColStrip& strip, ColwiseOut out, void* workspace) {
   const StripWorkspace<kBf16> ws(workspace, strip.col1 - strip.col0);
-  for (int64_t r = strip.row0; r < strip.row0 + strip.num_rows; ++r) {
-    AccumulateStripAmax<kBf16>(src, r, strip.col0, strip.col1, ws.amax);
+  int64_t c = strip.col0;
+#if HWY_TARGET != HWY_SCALAR
+  if constexpr (std::is_same_v<ColumnAmax<kBf16>, uint16_t>) {
+    // bf16: the amax of kChunk vectors of columns in registers down the strip's rows, one
+    // store each, instead of a load and a store of the running amax per row and vector.
+    constexpr int64_t kChunk = 8;
+    const D16 d;
+    const int64_t n = static_cast<int64_t>(hn::Lanes(d));
+    const uint16_t* x = static_cast<const uint16_t*>(src.x);
+    for (; c + kChunk * n <= strip.col1; c += kChunk * n) {
+      V16 acc[kChunk];
+      for (int64_t i = 0; i < kChunk; ++i) acc[i] = hn::Zero(d);
+      for (int64_t r = strip.row0; r < strip.row0 + strip.num_rows; ++r) {
+        const uint16_t* row = x + r * src.cols + c;
+        for (int64_t i = 0; i < kChunk; ++i) {
+          acc[i] = hn::Max(acc[i], hn::And(hn::LoadU(d, row + i * n), hn::Set(d, 0x7FFF)));
+        }
+      }
+      for (int64_t i = 0; i < kChunk; ++i) hn::StoreU(acc[i], d, ws.amax + (c - strip.col0) + i * n);
+    }
+  }
+#endif
+  if (c < strip.col1) {
+    for (int64_t r = strip.row0; r < strip.row0 + strip.num_rows; ++r) {
+      AccumulateStripAmax<kBf16>(src, r, c, strip.col1, ws.amax + (c - strip.col0));
+    }
   }
   FinishColumnStrip<kBf16, kFormat>(src, strip, out, ws);
 }
