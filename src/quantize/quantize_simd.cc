@@ -604,33 +604,68 @@ void EncodeColumnStrip16(const QuantSource& src, const ColStrip& strip, ColwiseO
       __builtin_prefetch(ahead + at * kSize, 0, 2);
       if constexpr (!kBf16) __builtin_prefetch(ahead + at * kSize + 64, 0, 2);
     };
-    const auto encode = [&](int64_t at) {
+    const auto encode = [&](int64_t at, M16& acc) {
       M16 slow;
       const V16 codes = Encode16<kFormat>(Load16<kBf16>(x, base + at), hn::LoadU(d, sub + (at - col0)),
                                           hn::LoadU(d, slow_below + (at - col0)), slow);
-      any_slow = hn::Or(any_slow, slow);
+      acc = hn::Or(acc, slow);
       return codes;
     };
-    for (; c + 2 * n <= col1; c += 2 * n) {  // pairs share one pack (StoreCodes16x2)
-      prefetch(c);
-      prefetch(c + n);
-      const V16 first = encode(c);
-      StoreCodes16x2(first, encode(c + n), data + c);
-    }
-    for (; c + n <= col1; c += n) {
-      prefetch(c);
-      StoreCodes16(encode(c), data + c);
-    }
-    if (HWY_UNLIKELY(!hn::AllFalse(d, any_slow))) {  // redo the flagged vectors of the row
-      for (c = col0; c + n <= col1; c += n) {
-        M16 slow;
-        Encode16<kFormat>(Load16<kBf16>(x, base + c), hn::LoadU(d, sub + (c - col0)),
-                          hn::LoadU(d, slow_below + (c - col0)), slow);
-        if (!hn::AllFalse(d, slow)) {
-          EncodeSlow16<kBf16, kFormat>(x, base + c, scales + (c - col0), 0, data + c);
+    // Vectors that the fp32 encoder must redo are looked for again only in the groups of
+    // kGroup vectors that reported one (a row of 4096 bf16 columns has a slow lane in about
+    // a quarter of the rows of Gaussian data; re-checking the whole row cost more than the
+    // redo itself).
+    constexpr int64_t kGroup = 8;
+    constexpr int kMaxFlagged = 64;
+    int64_t flagged[kMaxFlagged];
+    int num_flagged = 0;
+    bool all_groups = false;  // more flagged groups than `flagged` holds
+    for (; c + kGroup * n <= col1; c += kGroup * n) {
+      M16 group_slow = hn::FirstN(d, 0);
+      for (int64_t i = 0; i < kGroup; i += 2) {  // pairs share one pack (StoreCodes16x2)
+        const int64_t at = c + i * n;
+        prefetch(at);
+        prefetch(at + n);
+        const V16 first = encode(at, group_slow);
+        StoreCodes16x2(first, encode(at + n, group_slow), data + at);
+      }
+      if (HWY_UNLIKELY(!hn::AllFalse(d, group_slow))) {
+        if (num_flagged < kMaxFlagged) {
+          flagged[num_flagged++] = c;
+        } else {
+          all_groups = true;
         }
       }
     }
+    const int64_t groups_end = c;
+    for (; c + 2 * n <= col1; c += 2 * n) {
+      prefetch(c);
+      prefetch(c + n);
+      const V16 first = encode(c, any_slow);
+      StoreCodes16x2(first, encode(c + n, any_slow), data + c);
+    }
+    for (; c + n <= col1; c += n) {
+      prefetch(c);
+      StoreCodes16(encode(c, any_slow), data + c);
+    }
+    const int64_t vectors_end = c;
+    // Re-checks the vectors in [c0, c1) and redoes the flagged ones.
+    const auto redo = [&](int64_t c0, int64_t c1) {
+      for (int64_t v = c0; v + n <= c1; v += n) {
+        M16 slow;
+        Encode16<kFormat>(Load16<kBf16>(x, base + v), hn::LoadU(d, sub + (v - col0)),
+                          hn::LoadU(d, slow_below + (v - col0)), slow);
+        if (!hn::AllFalse(d, slow)) {
+          EncodeSlow16<kBf16, kFormat>(x, base + v, scales + (v - col0), 0, data + v);
+        }
+      }
+    };
+    if (HWY_UNLIKELY(all_groups)) {
+      redo(col0, groups_end);
+    } else {
+      for (int i = 0; i < num_flagged; ++i) redo(flagged[i], flagged[i] + kGroup * n);
+    }
+    if (HWY_UNLIKELY(!hn::AllFalse(d, any_slow))) redo(groups_end, vectors_end);
     for (; c < col1; ++c) {
       data[c] = EncodeElement(kFormat,
                               LoadScalar<kBf16>(x, base + c) * E8M0InverseScale(scales[c - col0]));
