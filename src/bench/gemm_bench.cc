@@ -21,22 +21,17 @@ using internal::RandomTensor;
 
 std::string_view Name(GemmBenchKind kind) {
   switch (kind) {
-    case GemmBenchKind::kDense:
-      return "dense";
-    case GemmBenchKind::kGrouped:
-      return "grouped";
+    case GemmBenchKind::kDense: return "dense";
+    case GemmBenchKind::kGrouped: return "grouped";
   }
   return "?";
 }
 
 std::string_view Name(GemmPass pass) {
   switch (pass) {
-    case GemmPass::kFprop:
-      return "fprop";
-    case GemmPass::kDgrad:
-      return "dgrad";
-    case GemmPass::kWgrad:
-      return "wgrad";
+    case GemmPass::kFprop: return "fprop";
+    case GemmPass::kDgrad: return "dgrad";
+    case GemmPass::kWgrad: return "wgrad";
   }
   return "?";
 }
