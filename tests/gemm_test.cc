@@ -4,6 +4,8 @@
 // the errors.
 #include <gtest/gtest.h>
 
+#include <omp.h>
+
 #include <cmath>
 #include <cstring>
 #include <numeric>
@@ -377,6 +379,30 @@ TEST(GroupedGemm, ConcurrentGroupsEqualDensePerGroup) {
     }
     ForceGemmPath("");
   }
+}
+
+// Called from inside a parallel region (nested regions get one thread), the concurrent
+// schedule's groups owned by the missing thread must still run.
+TEST(GroupedGemm, ConcurrentScheduleInsideAParallelRegion) {
+  const int64_t k = 64, n = 48, experts = 6;
+  const std::vector<int64_t> counts{37, 0, 45, 18, 40, 60};
+  const int64_t m = std::accumulate(counts.begin(), counts.end(), int64_t{0});
+  const GroupList groups = GroupList::Make(counts, GroupListType::kCounts, m);
+  ASSERT_TRUE(internal::PlanGroups(groups, 2, internal::GroupThreads::kAnyCount).concurrent);
+  const MxTensor xq = QuantizeRowwise(MakeF32({m, k}, RandomValues(m * k, 81, -2, 2)), {});
+  const MxTensor wq =
+      QuantizeRowwise(MakeF32({experts, n, k}, RandomValues(experts * n * k, 82, -2, 2)), {});
+  GemmOptions o;
+  o.threads = 2;
+  const Tensor want = MxGroupedGemm(xq, wq, groups, o);
+  std::vector<Tensor> got(2);
+#pragma omp parallel num_threads(2)
+  got[omp_get_thread_num()] = MxGroupedGemm(xq, wq, groups, o);
+  for (const Tensor& g : got) {
+    if (!g.defined()) continue;  // a team of one
+    EXPECT_EQ(std::memcmp(g.raw(), want.raw(), want.NumBytes()), 0);
+  }
+  EXPECT_TRUE(got[0].defined());
 }
 
 TEST(GroupedGemm, BadInputsRaise) {

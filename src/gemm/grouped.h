@@ -70,9 +70,11 @@ void ForEachGroup(const GroupList& groups, int threads, GroupThreads mode, Fn&& 
   std::mutex error_mutex;
 #pragma omp parallel num_threads(threads)
   {
-    const int t = omp_get_thread_num();
+    // The team can be smaller than asked for (a nested region, OMP_THREAD_LIMIT): owners
+    // beyond it fold onto the threads there are, so every group still runs once.
+    const int t = omp_get_thread_num(), team = omp_get_num_threads();
     for (int e : plan.order) {
-      if (plan.owner[e] != t) continue;
+      if (plan.owner[e] % team != t) continue;
       try {
         fn(e, 1);
       } catch (...) {
