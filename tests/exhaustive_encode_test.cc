@@ -1,14 +1,20 @@
 // Every fp32 bit pattern (2^32 of them) through the SIMD element encoder of every compiled
-// target, against the scalar reference encoder, for E4M3 and E5M2; and every non-negative
-// fp32 amax (2^31) through each rule's scale table, against BlockScale. Label "exhaustive"
-// (two ctest entries, one per test).
+// target, against the scalar reference encoder, for E4M3 and E5M2; every non-negative fp32
+// amax (2^31) through each rule's scale table, against BlockScale; and every finite amax
+// under rceil and ceil, which must never round past the largest element. Label
+// "exhaustive" (a ctest entry per test).
 #include <gtest/gtest.h>
 
 #include <omp.h>
 
+#include <cstdio>
 #include <cstring>
+#include <string>
 #include <vector>
 
+#include "mxtrain/format/e4m3.h"
+#include "mxtrain/format/e5m2.h"
+#include "mxtrain/format/e8m0.h"
 #include "mxtrain/format/element.h"
 #include "mxtrain/quantize.h"
 #include "mxtrain/simd.h"
@@ -83,6 +89,45 @@ TEST(Exhaustive, ScaleTableEqualsBlockScaleOnAllAmax) {
         mismatches += bad;
       }
       EXPECT_EQ(mismatches, 0) << Name(rule) << " " << Name(f);
+    }
+  }
+}
+
+// NUMERICS.md §4 says no element saturates under rceil (nor can one under ceil, whose
+// scaled amax is at most 2^emax). The largest element of a block is its amax, so what
+// matters is every finite amax times its block's multiplier, fl32(2^(127-b)): all
+// 2^31 - 2^23 finite non-negative patterns, both formats. The check is that none reaches
+// the midpoint above the largest element (464 for E4M3, 61440 for E5M2), so round to
+// nearest never leaves the finite range whether or not the encoder saturates. Values
+// above the largest element itself are counted and printed: under rceil there is one per
+// format, where d = amax * fl32(1/448) lands at the fp32 subnormal boundary (amax bits
+// 0x04600001 gives 448.00003), which rounds back to the largest element.
+TEST(Exhaustive, RceilAndCeilNeverRoundPastTheLargestElement) {
+  constexpr int64_t kChunk = int64_t{1} << 20;
+  for (ScaleRule rule : {ScaleRule::kRceil, ScaleRule::kCeil}) {
+    for (ElementFormat f : {ElementFormat::kE4M3, ElementFormat::kE5M2}) {
+      const bool e4m3 = f == ElementFormat::kE4M3;
+      const float max_elem = e4m3 ? kE4M3MaxNormal : kE5M2MaxNormal;
+      const float midpoint = e4m3 ? 464.0f : 61440.0f;  // halfway to the next binade step
+      int64_t past_midpoint = 0, above_max = 0;
+#pragma omp parallel for schedule(dynamic) reduction(+ : past_midpoint, above_max)
+      for (int64_t chunk = 0; chunk < (int64_t{255} << 23) / kChunk; ++chunk) {
+        for (int64_t i = 0; i < kChunk; ++i) {
+          const uint32_t bits = static_cast<uint32_t>(chunk * kChunk + i);
+          const float scaled = F32FromBits(bits) * E8M0InverseScale(BlockScale(rule, f, bits));
+          if (scaled > max_elem) {
+            ++above_max;
+#pragma omp critical
+            std::printf("%s %s: amax bits %08x scales to %.9g\n", std::string(Name(rule)).c_str(),
+                        std::string(Name(f)).c_str(), bits, scaled);
+          }
+          past_midpoint += scaled >= midpoint;
+        }
+      }
+      EXPECT_EQ(past_midpoint, 0) << Name(rule) << " " << Name(f);
+      if (rule == ScaleRule::kCeil) {
+        EXPECT_EQ(above_max, 0) << Name(f);
+      }
     }
   }
 }
