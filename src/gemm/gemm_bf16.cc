@@ -84,16 +84,20 @@ MXTRAIN_AVX512 inline __m512i DecodeBf16x32(const Bf16Table& t, __m256i codes, _
   const __m512i w = _mm512_cvtepu8_epi16(codes);
   const __m512i mag = _mm512_and_si512(w, _mm512_set1_epi16(0x7F));
   const uint16_t* m = t.bits.data();
-  const __m512i lo = _mm512_permutex2var_epi16(_mm512_load_si512(m), mag, _mm512_load_si512(m + 32));
+  const __m512i lo =
+      _mm512_permutex2var_epi16(_mm512_load_si512(m), mag, _mm512_load_si512(m + 32));
   const __m512i hi =
       _mm512_permutex2var_epi16(_mm512_load_si512(m + 64), mag, _mm512_load_si512(m + 96));
-  __m512i v = _mm512_mask_blend_epi16(_mm512_test_epi16_mask(mag, _mm512_set1_epi16(0x40)), lo, hi);
+  const __mmask32 upper = _mm512_test_epi16_mask(mag, _mm512_set1_epi16(0x40));
+  __m512i v = _mm512_mask_blend_epi16(upper, lo, hi);
   // Finite nonzero: mag - 1 below finite_max (zero wraps around to 0xFFFF).
-  const __mmask32 scaled = _mm512_cmplt_epu16_mask(_mm512_sub_epi16(mag, _mm512_set1_epi16(1)),
-                                                    _mm512_set1_epi16(static_cast<int16_t>(t.finite_max)));
+  const __m512i finite_max = _mm512_set1_epi16(static_cast<int16_t>(t.finite_max));
+  const __mmask32 scaled =
+      _mm512_cmplt_epu16_mask(_mm512_sub_epi16(mag, _mm512_set1_epi16(1)), finite_max);
   v = _mm512_mask_add_epi16(v, scaled, v, offsets);
   // v | (w << 8 & 0x8000): the code's sign bit onto the bf16's.
-  return _mm512_ternarylogic_epi32(v, _mm512_slli_epi16(w, 8), _mm512_set1_epi16(static_cast<int16_t>(0x8000)), 0xF8);
+  const __m512i sign_bit = _mm512_set1_epi16(static_cast<int16_t>(0x8000));
+  return _mm512_ternarylogic_epi32(v, _mm512_slli_epi16(w, 8), sign_bit, 0xF8);
 }
 
 MXTRAIN_AVX512 inline __m512i BroadcastOffset(uint8_t scale) {
