@@ -440,10 +440,9 @@ void RunBf16Gemm(const GemmProblem& p, std::vector<uint8_t>& skipped) {
   const Tensor b_pack = PackB(p.b, cols_pad, kbs, p.threads);
   const uint16_t* a = a_pack.data<uint16_t>();
   const uint16_t* b = b_pack.data<uint16_t>();
-  // Long contractions: K chunks outermost within an item (C blocks reloaded per chunk), so
-  // that only one chunk of each panel's B tiles has to stay in L2 and an item can be wide.
-  const bool chunk_outer = kbs > kChunkBlocks;
-  const int64_t resident_kbs = chunk_outer ? kChunkBlocks : kbs;
+  // K chunks outermost within an item (C blocks reloaded per chunk past the first), so that
+  // only one chunk of each panel's B tiles has to stay in L2 and an item can be wide.
+  const int64_t resident_kbs = std::min(kbs, kChunkBlocks);
   const int64_t panel_bytes =
       2 * resident_kbs * kTileElems * static_cast<int64_t>(sizeof(uint16_t));
   const int64_t column_panels =
@@ -485,19 +484,10 @@ void RunBf16Gemm(const GemmProblem& p, std::vector<uint8_t>& skipped) {
           std::memcpy(p.c + (i0 + r) * cols + j0, scratch + r * kBlockDim, w * sizeof(float));
         }
       };
-      if (chunk_outer) {
-        for (int64_t kb0 = 0; kb0 < kbs; kb0 += kChunkBlocks) {
-          const int64_t kb1 = std::min(kbs, kb0 + kChunkBlocks);
-          for (int64_t pi = pi_begin; pi < pi_end; ++pi) {
-            for (int64_t pj = pj0; pj < pj1; ++pj) block(pi, pj, kb0, kb1);
-          }
-        }
-      } else {
+      for (int64_t kb0 = 0; kb0 < kbs; kb0 += kChunkBlocks) {
+        const int64_t kb1 = std::min(kbs, kb0 + kChunkBlocks);
         for (int64_t pi = pi_begin; pi < pi_end; ++pi) {
-          for (int64_t kb0 = 0; kb0 < kbs; kb0 += kChunkBlocks) {
-            const int64_t kb1 = std::min(kbs, kb0 + kChunkBlocks);
-            for (int64_t pj = pj0; pj < pj1; ++pj) block(pi, pj, kb0, kb1);
-          }
+          for (int64_t pj = pj0; pj < pj1; ++pj) block(pi, pj, kb0, kb1);
         }
       }
     };
