@@ -17,9 +17,9 @@
 // value times 2^(127-b) is its bit pattern plus (127-b) << 7 while the result is an element
 // normal (taken as one saturating subtraction that also rebases the exponent to the
 // element's bias, so zeros stay zero), and rounding those 7 mantissa bits to 3 (or 2) is
-// the same integer rounding as above. An fp32 input is first narrowed to 16 bits with round-to-odd (the low 16 bits
-// OR-ed into the lowest kept bit), which keeps round-to-nearest-even to the 3 or 2 bits
-// exact (4 spare bits, where 2 suffice). A vector holding any lane that would be an element
+// the same integer rounding as above. An fp32 input is first narrowed to 16 bits with
+// round-to-odd (the low 16 bits OR-ed into the lowest kept bit), which keeps
+// round-to-nearest-even to the 3 or 2 bits exact (4 spare bits, where 2 suffice). A vector holding any lane that would be an element
 // subnormal, or an input subnormal, is encoded again by the fp32 encoder from the source;
 // zeros stay on the fast path.
 
@@ -329,16 +329,25 @@ HWY_INLINE void OffsetsV(VI b, VI& sub, VI& slow_below) {
                               hn::Sub(thr, hn::Set(di, 1)));
 }
 
+// |h| of 16-bit (bf16) patterns.
+HWY_INLINE V16 Abs16(V16 h) { return hn::And(h, hn::Set(D16(), 0x7FFF)); }
+
+// The lanes of h the 16-bit encoder may not take: nonzero and below the threshold, i.e.
+// |h| - 1 below slow_below (Enc16::SlowBelow; zero wraps around to 0xFFFF).
+HWY_INLINE M16 SlowLanes16(V16 h, V16 slow_below) {
+  return hn::Lt(hn::Sub(Abs16(h), hn::Set(D16(), 1)), slow_below);
+}
+
 // Codes (in the low byte of each lane) of 16-bit values h scaled by the per-lane
-// subtrahends `sub` (Enc16::Sub). `slow` gets the lanes this encoder may not take (|h| - 1
-// below slow_below): the caller encodes the vector again with the fp32 encoder when any is
-// set. Zero lanes saturate to 0, which rounds to code 0 before the sign.
+// subtrahends `sub` (Enc16::Sub). `slow` gets SlowLanes16: the caller encodes the vector
+// again with the fp32 encoder when any is set. Zero lanes saturate to 0, which rounds to
+// code 0 before the sign.
 template <ElementFormat kFormat>
 HWY_INLINE V16 Encode16(V16 h, V16 sub, V16 slow_below, M16& slow) {
   using E = Enc16<kFormat>;
   const D16 d;
-  const V16 abs = hn::And(h, hn::Set(d, 0x7FFF));
-  slow = hn::Lt(hn::Sub(abs, hn::Set(d, 1)), slow_below);
+  const V16 abs = Abs16(h);
+  slow = SlowLanes16(h, slow_below);
   const V16 clamped = hn::Min(hn::SaturatedSub(abs, sub), hn::Set(d, E::kMaxBits));  // saturate
   const V16 lsb = hn::And(hn::ShiftRight<E::kShift>(clamped), hn::Set(d, 1));
   const V16 mag =
@@ -442,16 +451,16 @@ HWY_INLINE uint32_t SlowVectors16(const void* base, int64_t index, uint8_t scale
   const D16 d;
   const size_t n = hn::Lanes(d);
   uint32_t redo = 0;
+  const V16 slow_below = hn::Set(d, E::SlowBelow(scale));
   for (size_t i = 0; i < kBlockVecs16; ++i) {
-    const V16 abs = hn::And(Load16<kBf16>(base, index + static_cast<int64_t>(i * n)),
-                            hn::Set(d, 0x7FFF));
-    const M16 slow = hn::Lt(hn::Sub(abs, hn::Set(d, 1)), hn::Set(d, E::SlowBelow(scale)));
+    const M16 slow =
+        SlowLanes16(Load16<kBf16>(base, index + static_cast<int64_t>(i * n)), slow_below);
     redo |= static_cast<uint32_t>(!hn::AllFalse(d, slow)) << i;
   }
   return redo;
 }
 
-// The fp32 encoder over the vectors of a block that EncodeBlock16 flagged.
+// The fp32 encoder over the vectors of a block that SlowVectors16 flagged.
 template <bool kBf16, ElementFormat kFormat>
 HWY_NOINLINE void RedoSlow16(const void* base, int64_t index, uint8_t scale, uint32_t redo,
                              uint8_t* out) {
@@ -540,8 +549,7 @@ HWY_INLINE void BlockBatch16(const QuantSource& src, int64_t index, uint8_t* out
       const size_t n = hn::Lanes(D16());
       V16 amax = hn::Zero(D16());
       for (size_t i = 0; i < kBlockVecs16; ++i) {
-        amax = hn::Max(amax, hn::And(Load16<true>(src.x, at + static_cast<int64_t>(i * n)),
-                                     hn::Set(D16(), 0x7FFF)));
+        amax = hn::Max(amax, Abs16(Load16<true>(src.x, at + static_cast<int64_t>(i * n))));
       }
       block_amax[j] = hn::BitCast(DI(), amax);  // 16-bit maxima, paired up after the reduction
     } else {
@@ -569,16 +577,15 @@ HWY_INLINE void AccumulateColumnAmax16(const QuantSource& src, int64_t row, int6
   for (; c + n <= col1; c += n) {
     if ((c & 31) == 0) PrefetchAhead<true>(src.x, base + c);
     uint16_t* a = amax + (c - col0);
-    hn::StoreU(hn::Max(hn::LoadU(d, a), hn::And(hn::LoadU(d, x + base + c), hn::Set(d, 0x7FFF))),
-               d, a);
+    hn::StoreU(hn::Max(hn::LoadU(d, a), Abs16(hn::LoadU(d, x + base + c))), d, a);
   }
   for (; c < col1; ++c) {
     amax[c - col0] = std::max<uint16_t>(amax[c - col0], x[base + c] & 0x7FFF);
   }
 }
 
-// Columnwise pass 2 in 16-bit lanes (no NaN column in the strip): per-column exponent
-// offsets and thresholds, the fp32 factors for the exact path.
+// Columnwise pass 2 in 16-bit lanes (no NaN column in the strip): per-column subtrahends
+// and thresholds (Enc16), and the scale bytes for the exact path.
 template <bool kBf16, ElementFormat kFormat>
 void EncodeColumnStrip16(const QuantSource& src, const ColStrip& strip, ColwiseOut out,
                          const uint8_t* scales, const uint16_t* sub, const uint16_t* slow_below) {
@@ -652,9 +659,8 @@ void EncodeColumnStrip16(const QuantSource& src, const ColStrip& strip, ColwiseO
     // Re-checks the vectors in [c0, c1) and redoes the flagged ones.
     const auto redo = [&](int64_t c0, int64_t c1) {
       for (int64_t v = c0; v + n <= c1; v += n) {
-        M16 slow;
-        Encode16<kFormat>(Load16<kBf16>(x, base + v), hn::LoadU(d, sub + (v - col0)),
-                          hn::LoadU(d, slow_below + (v - col0)), slow);
+        const M16 slow =
+            SlowLanes16(Load16<kBf16>(x, base + v), hn::LoadU(d, slow_below + (v - col0)));
         if (!hn::AllFalse(d, slow)) {
           EncodeSlow16<kBf16, kFormat>(x, base + v, scales + (v - col0), 0, data + v);
         }
@@ -753,7 +759,7 @@ template <bool kBf16>
 using ColumnAmax = std::conditional_t<kBf16 && k16, uint16_t, int32_t>;
 
 // A strip's per-column workspace (kernels.h: 16 bytes per column): amax, fp32 factors,
-// and the 16-bit encoder's exponent offsets and thresholds.
+// and the 16-bit encoder's subtrahends and thresholds.
 template <bool kBf16>
 struct StripWorkspace {
   ColumnAmax<kBf16>* amax;
@@ -798,7 +804,8 @@ void FinishColumnStrip(const QuantSource& src, const ColStrip& strip, ColwiseOut
   for (; c + n <= width; c += n) {
     VI amax;
     if constexpr (sizeof(ws.amax[0]) == 2) {
-      amax = hn::BitCast(di, hn::ShiftLeft<16>(hn::PromoteTo(DU(), hn::LoadU(d16, reinterpret_cast<const uint16_t*>(ws.amax) + c))));
+      const auto a16 = hn::LoadU(d16, reinterpret_cast<const uint16_t*>(ws.amax) + c);
+      amax = hn::BitCast(di, hn::ShiftLeft<16>(hn::PromoteTo(DU(), a16)));
     } else {
       amax = hn::LoadU(di, reinterpret_cast<const int32_t*>(ws.amax) + c);
     }
@@ -814,7 +821,9 @@ void FinishColumnStrip(const QuantSource& src, const ColStrip& strip, ColwiseOut
   }
   bool nan_column = !hn::AllFalse(di, any_nan);
   for (; c < width; ++c) {
-    scales[c] = BlockScale(src.rule, kFormat, static_cast<uint32_t>(ws.amax[c]) << (sizeof(ws.amax[0]) == 2 ? 16 : 0));
+    const uint32_t amax_bits = static_cast<uint32_t>(ws.amax[c])
+                               << (sizeof(ws.amax[0]) == 2 ? 16 : 0);
+    scales[c] = BlockScale(src.rule, kFormat, amax_bits);
     nan_column |= scales[c] == kE8M0NaN;
 #if HWY_TARGET != HWY_SCALAR
     ws.sub[c] = Enc16<kFormat>::Sub(scales[c]);
@@ -853,7 +862,7 @@ void ColwiseT(const QuantSource& src, const ColStrip& strip, ColwiseOut out, voi
       for (int64_t r = strip.row0; r < strip.row0 + strip.num_rows; ++r) {
         const uint16_t* row = x + r * src.cols + c;
         for (int64_t i = 0; i < kChunk; ++i) {
-          acc[i] = hn::Max(acc[i], hn::And(hn::LoadU(d, row + i * n), hn::Set(d, 0x7FFF)));
+          acc[i] = hn::Max(acc[i], Abs16(hn::LoadU(d, row + i * n)));
         }
       }
       for (int64_t i = 0; i < kChunk; ++i) hn::StoreU(acc[i], d, ws.amax + (c - strip.col0) + i * n);
@@ -892,8 +901,7 @@ HWY_INLINE VI DualBlockAmax(const QuantSource& src, int64_t index, ColumnAmax<kB
     const size_t n = hn::Lanes(d);
     V16 row_amax = hn::Zero(d);
     for (size_t i = 0; i < kBlockVecs16; ++i) {
-      const V16 a = hn::And(Load16<true>(src.x, index + static_cast<int64_t>(i * n)),
-                            hn::Set(d, 0x7FFF));
+      const V16 a = Abs16(Load16<true>(src.x, index + static_cast<int64_t>(i * n)));
       row_amax = hn::Max(row_amax, a);
       uint16_t* ca = col_amax + i * n;
       hn::StoreU(hn::Max(hn::LoadU(d, ca), a), d, ca);
