@@ -1,6 +1,6 @@
 // The SIMD quantization kernels, written once over vector width with Google Highway and
-// compiled for every x86 target (AVX3 = AVX-512, AVX2, SSE4, SSSE3) plus the portable
-// SCALAR one; simd.h picks among them at run time.
+// compiled for every x86 target (AVX3_DL = AVX-512 with VBMI, AVX3, AVX2, SSE4, SSSE3) plus
+// the portable SCALAR one; simd.h picks among them at run time.
 //
 // Bit-exactness with the scalar reference (minifloat.h) rests on three facts:
 // - scaling is the same fp32 multiply x * fl32(2^(127-b)) (NUMERICS.md §5);
@@ -48,6 +48,7 @@ using DU8 = hn::Rebind<uint8_t, DF>;
 using DU16 = hn::Rebind<uint16_t, DF>;
 using VF = hn::Vec<DF>;
 using VI = hn::Vec<DI>;
+using VU = hn::Vec<DU>;
 
 constexpr int64_t kBlock = 32;
 
@@ -111,9 +112,25 @@ HWY_INLINE VI EncodeV(VF v) {
   return code;
 }
 
-HWY_INLINE void StoreCodes(VI codes, uint8_t* out) {
-  hn::StoreU(hn::TruncateTo(DU8(), hn::BitCast(DU(), codes)), DU8(), out);
+// The low byte (or 16 bits) of each 32-bit lane of v to out. On AVX-512 one vpmovdb (vpmovdw):
+// Highway 1.0.3's TruncateTo gives wrong lanes on AVX3_DL (its VBMI path), which every kernel
+// test caught on that target.
+HWY_INLINE void StoreLowBytes(VU v, uint8_t* out) {
+#if HWY_TARGET <= HWY_AVX3
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm512_cvtepi32_epi8(v.raw));
+#else
+  hn::StoreU(hn::TruncateTo(DU8(), v), DU8(), out);
+#endif
 }
+HWY_INLINE void StoreLowHalves(VU v, uint16_t* out) {
+#if HWY_TARGET <= HWY_AVX3
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), _mm512_cvtepi32_epi16(v.raw));
+#else
+  hn::StoreU(hn::TruncateTo(DU16(), v), DU16(), out);
+#endif
+}
+
+HWY_INLINE void StoreCodes(VI codes, uint8_t* out) { StoreLowBytes(hn::BitCast(DU(), codes), out); }
 
 // The factor a block is multiplied by before encoding: NaN for a NaN block, so that every
 // element encodes to 0x7F.
@@ -285,7 +302,6 @@ using D16 = hn::ScalableTag<uint16_t>;
 using V16 = hn::Vec<D16>;
 using M16 = hn::Mask<D16>;
 using D8 = hn::Rebind<uint8_t, D16>;
-using VU = hn::Vec<DU>;
 // 16-bit vectors per block of 32 (1 on AVX-512); each covers two fp32 vectors.
 constexpr size_t kBlockVecs16 = kBlock / hn::MaxLanes(D16());
 
@@ -306,14 +322,18 @@ struct Enc16 {
   // Per block (or column) of scale byte b (not NaN): what a saturating subtraction takes
   // off |bits| to give an element normal's (exponent, 7-bit mantissa) in the element's own
   // bias; zero stays zero ...
+  // kRound is folded in (the subtraction takes kRound less), so that rounding needs no add
+  // of its own; scale bytes up to kMinScale send every nonzero lane to the fp32 encoder, so
+  // the subtrahend is never negative.
   static uint16_t Sub(uint8_t b) {
-    return static_cast<uint16_t>(std::max(0, int{b} - kMinScale) << 7);
+    if (b <= kMinScale) return 0;
+    return static_cast<uint16_t>(((int{b} - kMinScale) << 7) - kRound);
   }
   // ... and one less than the smallest |bits| that is an input normal and an element normal
   // once scaled: lanes with |bits| - 1 below it (nonzero and smaller) take the fp32 encoder,
   // every nonzero lane when b < kMinScale.
   static uint16_t SlowBelow(uint8_t b) {
-    if (b < kMinScale) return 0xFFFE;
+    if (b <= kMinScale) return 0xFFFE;
     return static_cast<uint16_t>((std::max(1, int{b} + kMinNormalExp) << 7) - 1);
   }
 };
@@ -323,10 +343,11 @@ template <ElementFormat kFormat>
 HWY_INLINE void OffsetsV(VI b, VI& sub, VI& slow_below) {
   using E = Enc16<kFormat>;
   const DI di;
-  sub = hn::ShiftLeft<7>(hn::Max(hn::Sub(b, hn::Set(di, E::kMinScale)), hn::Zero(di)));
+  const auto low = hn::Lt(b, hn::Set(di, E::kMinScale + 1));
+  const VI rebase = hn::ShiftLeft<7>(hn::Sub(b, hn::Set(di, E::kMinScale)));
+  sub = hn::IfThenZeroElse(low, hn::Sub(rebase, hn::Set(di, E::kRound)));
   const VI thr = hn::ShiftLeft<7>(hn::Max(hn::Add(b, hn::Set(di, E::kMinNormalExp)), hn::Set(di, 1)));
-  slow_below = hn::IfThenElse(hn::Lt(b, hn::Set(di, E::kMinScale)), hn::Set(di, 0xFFFE),
-                              hn::Sub(thr, hn::Set(di, 1)));
+  slow_below = hn::IfThenElse(low, hn::Set(di, 0xFFFE), hn::Sub(thr, hn::Set(di, 1)));
 }
 
 // |h| of 16-bit (bf16) patterns.
@@ -338,39 +359,57 @@ HWY_INLINE M16 SlowLanes16(V16 h, V16 slow_below) {
   return hn::Lt(hn::Sub(Abs16(h), hn::Set(D16(), 1)), slow_below);
 }
 
-// Codes (in the low byte of each lane) of 16-bit values h scaled by the per-lane
-// subtrahends `sub` (Enc16::Sub). `slow` gets SlowLanes16: the caller encodes the vector
-// again with the fp32 encoder when any is set. Zero lanes saturate to 0, which rounds to
-// code 0 before the sign.
+// Codes (in the high byte of each lane; the low byte is junk) of 16-bit values h scaled by
+// the per-lane subtrahends `sub` (Enc16::Sub, kRound folded in). `slow` gets SlowLanes16: the
+// caller encodes the vector again with the fp32 encoder when any is set. Zero lanes saturate
+// to 0, which rounds to code 0 before the sign. The code is built in the high byte so that
+// the sign is one bitwise select from h and no shift back is needed (docs/decisions.md,
+// "16-bit quantization lanes").
 template <ElementFormat kFormat>
 HWY_INLINE V16 Encode16(V16 h, V16 sub, V16 slow_below, M16& slow) {
   using E = Enc16<kFormat>;
   const D16 d;
-  const V16 abs = Abs16(h);
   slow = SlowLanes16(h, slow_below);
-  const V16 clamped = hn::Min(hn::SaturatedSub(abs, sub), hn::Set(d, E::kMaxBits));  // saturate
-  const V16 lsb = hn::And(hn::ShiftRight<E::kShift>(clamped), hn::Set(d, 1));
-  const V16 mag =
-      hn::ShiftRight<E::kShift>(hn::Add(hn::Add(clamped, hn::Set(d, E::kRound)), lsb));
-  return hn::OrAnd(mag, hn::ShiftRight<8>(h), hn::Set(d, 0x80));
+  // |h| scaled, rebased and plus kRound; saturated at the largest element (plus kRound).
+  const V16 c = hn::Min(hn::SaturatedSub(Abs16(h), sub), hn::Set(d, E::kMaxBits + E::kRound));
+  // Round half to even: (c + lowest kept bit) >> kShift, taken as a shift left by
+  // 8 - kShift so that the code lands in the high byte.
+  V16 mag;
+  if constexpr (E::kShift == 4) {
+    mag = hn::Add(hn::ShiftLeft<4>(c), hn::And(c, hn::Set(d, 0x10)));  // lsb << 4 = c & 0x10
+  } else {
+    mag = hn::ShiftLeft<8 - E::kShift>(
+        hn::Add(c, hn::And(hn::ShiftRight<E::kShift>(c), hn::Set(d, 1))));
+  }
+  return hn::OrAnd(mag, h, hn::Set(d, 0x8000));  // the sign
 }
 
+// The codes of Encode16 (high bytes) to Lanes(D16()) bytes.
 HWY_INLINE void StoreCodes16(V16 codes, uint8_t* out) {
+  const V16 low = hn::ShiftRight<8>(codes);
 #if HWY_TARGET <= HWY_AVX3
   // vpmovwb: Highway's TruncateTo takes a shuffle and a permute here.
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), _mm512_cvtepi16_epi8(codes.raw));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), _mm512_cvtepi16_epi8(low.raw));
 #else
-  hn::StoreU(hn::TruncateTo(D8(), codes), D8(), out);
+  hn::StoreU(hn::TruncateTo(D8(), low), D8(), out);
 #endif
 }
 
-// StoreCodes16 of a then b, to 2 * Lanes(D16()) consecutive bytes: on AVX-512 one pack and
-// one permute for both instead of a vpmovwb (two uops) each.
+// StoreCodes16 of a then b, to 2 * Lanes(D16()) consecutive bytes.
 HWY_INLINE void StoreCodes16x2(V16 a, V16 b, uint8_t* out) {
-#if HWY_TARGET <= HWY_AVX3
+#if HWY_TARGET <= HWY_AVX3_DL
+  // AVX512-VBMI: one two-register byte permute picks the high bytes of both.
+  alignas(64) static constexpr uint8_t kOdd[64] = {
+      1,  3,  5,  7,  9,  11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31, 33, 35, 37, 39, 41, 43,
+      45, 47, 49, 51, 53, 55, 57, 59, 61, 63, 65, 67, 69, 71, 73, 75, 77, 79, 81, 83, 85, 87,
+      89, 91, 93, 95, 97, 99, 101, 103, 105, 107, 109, 111, 113, 115, 117, 119, 121, 123, 125, 127};
+  _mm512_storeu_si512(out, _mm512_permutex2var_epi8(
+                               a.raw, _mm512_load_si512(reinterpret_cast<const void*>(kOdd)), b.raw));
+#elif HWY_TARGET <= HWY_AVX3
   // vpackuswb interleaves the 128-bit blocks (a0 b0 a1 b1 ...; codes fit a byte unsigned);
   // vpermq puts a's four quarters first.
-  const __m512i packed = _mm512_packus_epi16(a.raw, b.raw);
+  const __m512i packed =
+      _mm512_packus_epi16(hn::ShiftRight<8>(a).raw, hn::ShiftRight<8>(b).raw);
   const __m512i order = _mm512_set_epi64(7, 5, 3, 1, 6, 4, 2, 0);
   _mm512_storeu_si512(out, _mm512_permutexvar_epi64(order, packed));
 #else
@@ -504,8 +543,7 @@ template <bool kBf16, ElementFormat kFormat>
 HWY_INLINE void EncodeBatch16(const QuantSource& src, int64_t index, VI b, uint8_t* out,
                               uint8_t* scales) {
   constexpr size_t kLanes = hn::MaxLanes(DI());
-  hn::StoreU(hn::TruncateTo(hn::Rebind<uint8_t, DI>(), hn::BitCast(DU(), b)),
-             hn::Rebind<uint8_t, DI>(), scales);
+  StoreLowBytes(hn::BitCast(DU(), b), scales);
   if (HWY_UNLIKELY(!hn::AllFalse(DI(), hn::Eq(b, hn::Set(DI(), kE8M0NaN))))) {
     for (size_t j = 0; j < kLanes; ++j) {
       QuantizeBlock16<kBf16, kFormat>(src.x, index + static_cast<int64_t>(j) * kBlock, scales[j],
@@ -797,7 +835,6 @@ void FinishColumnStrip(const QuantSource& src, const ColStrip& strip, ColwiseOut
   uint8_t* scales = out.scales + strip.scale_row * src.cols + strip.col0;
   const DI di;
   const int64_t n = static_cast<int64_t>(hn::Lanes(di));
-  const hn::Rebind<uint8_t, DI> d8;
   const hn::Rebind<uint16_t, DI> d16;
   auto any_nan = hn::FirstN(di, 0);
   int64_t c = 0;
@@ -810,13 +847,13 @@ void FinishColumnStrip(const QuantSource& src, const ColStrip& strip, ColwiseOut
       amax = hn::LoadU(di, reinterpret_cast<const int32_t*>(ws.amax) + c);
     }
     const VI b = ScalesV(src.scale_table, amax);
-    hn::StoreU(hn::TruncateTo(d8, hn::BitCast(DU(), b)), d8, scales + c);
+    StoreLowBytes(hn::BitCast(DU(), b), scales + c);
     any_nan = hn::Or(any_nan, hn::Eq(b, hn::Set(di, kE8M0NaN)));
 #if HWY_TARGET != HWY_SCALAR
     VI sub, slow_below;
     OffsetsV<kFormat>(b, sub, slow_below);
-    hn::StoreU(hn::TruncateTo(d16, hn::BitCast(DU(), sub)), d16, ws.sub + c);
-    hn::StoreU(hn::TruncateTo(d16, hn::BitCast(DU(), slow_below)), d16, ws.slow_below + c);
+    StoreLowHalves(hn::BitCast(DU(), sub), ws.sub + c);
+    StoreLowHalves(hn::BitCast(DU(), slow_below), ws.slow_below + c);
 #endif
   }
   bool nan_column = !hn::AllFalse(di, any_nan);
