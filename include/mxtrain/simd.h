@@ -8,7 +8,8 @@
 
 namespace mxtrain {
 
-// Targets compiled into the library and supported by this CPU, best first ("AVX3_DL", "AVX3", ...).
+// Targets compiled into the library and supported by this CPU, best first ("AVX3_DL",
+// "AVX3", ...).
 std::vector<std::string> AvailableSimdTargets();
 // The target the next kernel call will use.
 std::string CurrentSimdTarget();

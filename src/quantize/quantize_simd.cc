@@ -112,21 +112,14 @@ HWY_INLINE VI EncodeV(VF v) {
   return code;
 }
 
-// The low byte (or 16 bits) of each 32-bit lane of v to out. On AVX-512 one vpmovdb (vpmovdw):
-// Highway 1.0.3's TruncateTo gives wrong lanes on AVX3_DL (its VBMI path), which every kernel
-// test caught on that target.
+// The low byte of each 32-bit lane of v to out. On AVX-512 one vpmovdb: Highway 1.0.3's
+// TruncateTo from 32-bit lanes to bytes gives wrong bytes on AVX3_DL (its VBMI path), which
+// every kernel test caught on that target (to 16-bit lanes it is right there).
 HWY_INLINE void StoreLowBytes(VU v, uint8_t* out) {
 #if HWY_TARGET <= HWY_AVX3
   _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm512_cvtepi32_epi8(v.raw));
 #else
   hn::StoreU(hn::TruncateTo(DU8(), v), DU8(), out);
-#endif
-}
-HWY_INLINE void StoreLowHalves(VU v, uint16_t* out) {
-#if HWY_TARGET <= HWY_AVX3
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), _mm512_cvtepi32_epi16(v.raw));
-#else
-  hn::StoreU(hn::TruncateTo(DU16(), v), DU16(), out);
 #endif
 }
 
@@ -321,17 +314,15 @@ struct Enc16 {
   static constexpr int kMinScale = kE4M3 ? 7 : 15;
   // Per block (or column) of scale byte b (not NaN): what a saturating subtraction takes
   // off |bits| to give an element normal's (exponent, 7-bit mantissa) in the element's own
-  // bias; zero stays zero ...
-  // kRound is folded in (the subtraction takes kRound less), so that rounding needs no add
-  // of its own; scale bytes up to kMinScale send every nonzero lane to the fp32 encoder, so
-  // the subtrahend is never negative.
+  // bias, less kRound, so that rounding needs no add of its own (scale bytes up to kMinScale
+  // send every nonzero lane to the fp32 encoder, so it is never negative); zero stays zero ...
   static uint16_t Sub(uint8_t b) {
     if (b <= kMinScale) return 0;
     return static_cast<uint16_t>(((int{b} - kMinScale) << 7) - kRound);
   }
   // ... and one less than the smallest |bits| that is an input normal and an element normal
   // once scaled: lanes with |bits| - 1 below it (nonzero and smaller) take the fp32 encoder,
-  // every nonzero lane when b < kMinScale.
+  // every nonzero lane when b <= kMinScale.
   static uint16_t SlowBelow(uint8_t b) {
     if (b <= kMinScale) return 0xFFFE;
     return static_cast<uint16_t>((std::max(1, int{b} + kMinNormalExp) << 7) - 1);
@@ -400,11 +391,12 @@ HWY_INLINE void StoreCodes16x2(V16 a, V16 b, uint8_t* out) {
 #if HWY_TARGET <= HWY_AVX3_DL
   // AVX512-VBMI: one two-register byte permute picks the high bytes of both.
   alignas(64) static constexpr uint8_t kOdd[64] = {
-      1,  3,  5,  7,  9,  11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31, 33, 35, 37, 39, 41, 43,
-      45, 47, 49, 51, 53, 55, 57, 59, 61, 63, 65, 67, 69, 71, 73, 75, 77, 79, 81, 83, 85, 87,
-      89, 91, 93, 95, 97, 99, 101, 103, 105, 107, 109, 111, 113, 115, 117, 119, 121, 123, 125, 127};
-  _mm512_storeu_si512(out, _mm512_permutex2var_epi8(
-                               a.raw, _mm512_load_si512(reinterpret_cast<const void*>(kOdd)), b.raw));
+      1,   3,   5,   7,   9,   11,  13,  15,  17,  19,  21,  23,  25,  27,  29,  31,
+      33,  35,  37,  39,  41,  43,  45,  47,  49,  51,  53,  55,  57,  59,  61,  63,
+      65,  67,  69,  71,  73,  75,  77,  79,  81,  83,  85,  87,  89,  91,  93,  95,
+      97,  99,  101, 103, 105, 107, 109, 111, 113, 115, 117, 119, 121, 123, 125, 127};
+  const __m512i odd = _mm512_load_si512(reinterpret_cast<const void*>(kOdd));
+  _mm512_storeu_si512(out, _mm512_permutex2var_epi8(a.raw, odd, b.raw));
 #elif HWY_TARGET <= HWY_AVX3
   // vpackuswb interleaves the 128-bit blocks (a0 b0 a1 b1 ...; codes fit a byte unsigned);
   // vpermq puts a's four quarters first.
@@ -852,8 +844,8 @@ void FinishColumnStrip(const QuantSource& src, const ColStrip& strip, ColwiseOut
 #if HWY_TARGET != HWY_SCALAR
     VI sub, slow_below;
     OffsetsV<kFormat>(b, sub, slow_below);
-    StoreLowHalves(hn::BitCast(DU(), sub), ws.sub + c);
-    StoreLowHalves(hn::BitCast(DU(), slow_below), ws.slow_below + c);
+    hn::StoreU(hn::TruncateTo(d16, hn::BitCast(DU(), sub)), d16, ws.sub + c);
+    hn::StoreU(hn::TruncateTo(d16, hn::BitCast(DU(), slow_below)), d16, ws.slow_below + c);
 #endif
   }
   bool nan_column = !hn::AllFalse(di, any_nan);
