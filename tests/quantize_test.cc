@@ -192,6 +192,49 @@ TEST(FastPaths, LargeOddShapeAndThreads) {
   CheckAllPaths(wide, {ElementFormat::kE5M2, ScaleRule::kEven, 2});
 }
 
+// Data like a training tensor's, where most blocks are finite and take the 16-bit
+// encoders (EdgeMix puts a NaN or Inf in most 32x32 areas): Gaussian values whose
+// magnitude changes every 8 rows, exact zeros, lone values 2^-6 .. 2^-30 of the rest
+// (element subnormals and zeros: the exact-path redo) and three NaN or Inf.
+std::vector<float> TrainingLike(int64_t rows, int64_t cols, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_int_distribution<int> pick(0, 999);
+  std::vector<float> v(static_cast<size_t>(rows * cols));
+  for (int64_t r = 0; r < rows; ++r) {
+    const int band_exp = static_cast<int>((r / 8) * 37 % 60) - 30;
+    for (int64_t c = 0; c < cols; ++c) {
+      float x = std::ldexp(normal(rng), band_exp);
+      const int p = pick(rng);
+      if (p < 10) x = 0.0f;
+      else if (p < 15) x = std::ldexp(x, -6 * (p - 9));  // 2^-6 .. 2^-30 of the rest
+      v[static_cast<size_t>(r * cols + c)] = x;
+    }
+  }
+  std::uniform_int_distribution<size_t> pos(0, v.size() - 1);
+  for (int j = 0; j < 3; ++j) v[pos(rng)] = j == 0 ? NAN : (j == 1 ? INFINITY : -INFINITY);
+  return v;
+}
+
+TEST(FastPaths, TrainingLikeDataEveryTarget) {
+  uint64_t seed = 9000;
+  for (const std::string& target : AvailableSimdTargets()) {
+    ScopedSimdTarget scoped(target);
+    for (ElementFormat f : kFormats) {
+      for (ScaleRule r : kRules) {
+        // Full strips and blocks, a partial last block and strip, a batch of two.
+        for (const Shape& shape : {Shape{96, 640}, Shape{64, 96}, Shape{70, 200}, Shape{2, 32, 128}}) {
+          const int64_t cols = shape[-1], rows = shape.NumElements() / cols;
+          const std::vector<float> v = TrainingLike(rows, cols, ++seed);
+          SCOPED_TRACE(StrCat("seed ", seed));
+          CheckAllPaths(MakeF32(shape, v), {f, r});
+          CheckAllPaths(MakeBf16(shape, v), {f, r});
+        }
+      }
+    }
+  }
+}
+
 TEST(FastPaths, EmptyTensors) {
   for (const Shape& shape : {Shape{0, 64}, Shape{64, 0}, Shape{0, 0}, Shape{3, 0, 5}}) {
     const Tensor x = Tensor::Empty(DType::kF32, shape);
@@ -345,6 +388,8 @@ TEST(FastPaths, Fp32TiesAndStickyBitsEveryTarget) {
                    "columnwise " + Describe(o, cols));
         ExpectSame(QuantizeDual(rows, o).rowwise, ref::QuantizeRowwise(rows, o),
                    "dual " + Describe(o, rows));
+        ExpectSame(QuantizeDual(cols, o).columnwise, ref::QuantizeColumnwise(cols, o),
+                   "dual columnwise " + Describe(o, cols));
       }
     }
   }
