@@ -6,6 +6,7 @@
 
 #include <array>
 #include <cmath>
+#include <initializer_list>
 #include <optional>
 #include <random>
 #include <vector>
@@ -157,14 +158,16 @@ TEST(FastPaths, ShapeSweepEveryTarget) {
   }
 }
 
-TEST(FastPaths, EveryFormatRuleDtypeAndTarget) {
-  uint64_t seed = 5000;
+// CheckAllPaths on every target, format and rule, for each shape: f32 and bf16 of
+// values(shape, seed), a new seed each time from `seed` on.
+template <typename Values>
+void CheckEveryTargetFormatRule(std::initializer_list<Shape> shapes, uint64_t seed, Values values) {
   for (const std::string& target : AvailableSimdTargets()) {
     ScopedSimdTarget scoped(target);
     for (ElementFormat f : kFormats) {
       for (ScaleRule r : kRules) {
-        for (const Shape& shape : {Shape{96, 160}, Shape{3, 45, 77}, Shape{2, 2, 33, 64}, Shape{5, 1056}}) {
-          const std::vector<float> v = EdgeMix(shape.NumElements(), ++seed);
+        for (const Shape& shape : shapes) {
+          const std::vector<float> v = values(shape, ++seed);
           SCOPED_TRACE(StrCat("seed ", seed));
           CheckAllPaths(MakeF32(shape, v), {f, r});
           CheckAllPaths(MakeBf16(shape, v), {f, r});
@@ -172,6 +175,13 @@ TEST(FastPaths, EveryFormatRuleDtypeAndTarget) {
       }
     }
   }
+}
+
+TEST(FastPaths, EveryFormatRuleDtypeAndTarget) {
+  CheckEveryTargetFormatRule({Shape{96, 160}, Shape{3, 45, 77}, Shape{2, 2, 33, 64}, Shape{5, 1056}},
+                             5000, [](const Shape& shape, uint64_t seed) {
+                               return EdgeMix(shape.NumElements(), seed);
+                             });
 }
 
 TEST(FastPaths, LargeOddShapeAndThreads) {
@@ -196,7 +206,8 @@ TEST(FastPaths, LargeOddShapeAndThreads) {
 // encoders (EdgeMix puts a NaN or Inf in most 32x32 areas): Gaussian values whose
 // magnitude changes every 8 rows, exact zeros, lone values 2^-6 .. 2^-30 of the rest
 // (element subnormals and zeros: the exact-path redo) and three NaN or Inf.
-std::vector<float> TrainingLike(int64_t rows, int64_t cols, uint64_t seed) {
+std::vector<float> TrainingLike(const Shape& shape, uint64_t seed) {
+  const int64_t cols = shape[-1], rows = shape.NumElements() / cols;
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::uniform_int_distribution<int> pick(0, 999);
@@ -217,22 +228,9 @@ std::vector<float> TrainingLike(int64_t rows, int64_t cols, uint64_t seed) {
 }
 
 TEST(FastPaths, TrainingLikeDataEveryTarget) {
-  uint64_t seed = 9000;
-  for (const std::string& target : AvailableSimdTargets()) {
-    ScopedSimdTarget scoped(target);
-    for (ElementFormat f : kFormats) {
-      for (ScaleRule r : kRules) {
-        // Full strips and blocks, a partial last block and strip, a batch of two.
-        for (const Shape& shape : {Shape{96, 640}, Shape{64, 96}, Shape{70, 200}, Shape{2, 32, 128}}) {
-          const int64_t cols = shape[-1], rows = shape.NumElements() / cols;
-          const std::vector<float> v = TrainingLike(rows, cols, ++seed);
-          SCOPED_TRACE(StrCat("seed ", seed));
-          CheckAllPaths(MakeF32(shape, v), {f, r});
-          CheckAllPaths(MakeBf16(shape, v), {f, r});
-        }
-      }
-    }
-  }
+  // Full strips and blocks, a partial last block and strip, a batch of two.
+  CheckEveryTargetFormatRule({Shape{96, 640}, Shape{64, 96}, Shape{70, 200}, Shape{2, 32, 128}},
+                             9000, TrainingLike);
 }
 
 TEST(FastPaths, EmptyTensors) {
@@ -382,14 +380,12 @@ TEST(FastPaths, Fp32TiesAndStickyBitsEveryTarget) {
     for (ElementFormat f : kFormats) {
       for (ScaleRule r : kRules) {
         const QuantizeOptions o{f, r};
-        ExpectSame(QuantizeRowwise(rows, o), ref::QuantizeRowwise(rows, o),
-                   "rowwise " + Describe(o, rows));
-        ExpectSame(QuantizeColumnwise(cols, o), ref::QuantizeColumnwise(cols, o),
-                   "columnwise " + Describe(o, cols));
-        ExpectSame(QuantizeDual(rows, o).rowwise, ref::QuantizeRowwise(rows, o),
-                   "dual " + Describe(o, rows));
-        ExpectSame(QuantizeDual(cols, o).columnwise, ref::QuantizeColumnwise(cols, o),
-                   "dual columnwise " + Describe(o, cols));
+        const MxTensor ref_row = ref::QuantizeRowwise(rows, o);
+        const MxTensor ref_col = ref::QuantizeColumnwise(cols, o);
+        ExpectSame(QuantizeRowwise(rows, o), ref_row, "rowwise " + Describe(o, rows));
+        ExpectSame(QuantizeColumnwise(cols, o), ref_col, "columnwise " + Describe(o, cols));
+        ExpectSame(QuantizeDual(rows, o).rowwise, ref_row, "dual " + Describe(o, rows));
+        ExpectSame(QuantizeDual(cols, o).columnwise, ref_col, "dual columnwise " + Describe(o, cols));
       }
     }
   }
