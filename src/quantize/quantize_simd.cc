@@ -350,29 +350,50 @@ HWY_INLINE M16 SlowLanes16(V16 h, V16 slow_below) {
   return hn::Lt(hn::Sub(Abs16(h), hn::Set(D16(), 1)), slow_below);
 }
 
+// The slow-lane tests of a run of vectors, accumulated as the lanes that were fast in every
+// vector so far (start from AllFast16, test with AnySlow16). On AVX-512 each test is one
+// compare masked by the running mask, so accumulating takes no mask OR of its own (kor
+// would share port 0 with the encode).
+HWY_INLINE M16 AllFast16() { return hn::FirstN(D16(), hn::Lanes(D16())); }
+HWY_INLINE M16 StillFast16(M16 fast, V16 h, V16 slow_below) {
+#if HWY_TARGET <= HWY_AVX3
+  const V16 below = hn::Sub(Abs16(h), hn::Set(D16(), 1));
+  return M16{_mm512_mask_cmp_epu16_mask(fast.raw, below.raw, slow_below.raw, _MM_CMPINT_NLT)};
+#else
+  return hn::AndNot(SlowLanes16(h, slow_below), fast);
+#endif
+}
+HWY_INLINE bool AnySlow16(M16 fast) { return !hn::AllTrue(D16(), fast); }
+
 // Codes (in the high byte of each lane; the low byte is junk) of 16-bit values h scaled by
-// the per-lane subtrahends `sub` (Enc16::Sub, kRound folded in). `slow` gets SlowLanes16: the
-// caller encodes the vector again with the fp32 encoder when any is set. Zero lanes saturate
-// to 0, which rounds to code 0 before the sign. The code is built in the high byte so that
+// the per-lane subtrahends `sub` (Enc16::Sub, kRound folded in). `fast` loses the lanes of
+// SlowLanes16 (StillFast16): the caller encodes the vectors that had any again with the fp32
+// encoder. Zero lanes saturate to 0, which rounds to code 0 before the sign. kSaturate: clamp
+// at the largest element; rceil and ceil never exceed it (exhaustive_rceil_range), so
+// their kernels leave the min out (one vector op of about ten). The code is built in the high byte so that
 // the sign is one bitwise select from h and no shift back is needed (docs/decisions.md,
 // "16-bit quantization lanes").
-template <ElementFormat kFormat>
-HWY_INLINE V16 Encode16(V16 h, V16 sub, V16 slow_below, M16& slow) {
+template <ElementFormat kFormat, bool kSaturate = true>
+HWY_INLINE V16 Encode16(V16 h, V16 sub, V16 slow_below, M16& fast) {
   using E = Enc16<kFormat>;
   const D16 d;
-  slow = SlowLanes16(h, slow_below);
+  fast = StillFast16(fast, h, slow_below);
   // |h| scaled, rebased and plus kRound; saturated at the largest element (plus kRound).
-  const V16 c = hn::Min(hn::SaturatedSub(Abs16(h), sub), hn::Set(d, E::kMaxBits + E::kRound));
+  V16 c = hn::SaturatedSub(Abs16(h), sub);
+  if constexpr (kSaturate) c = hn::Min(c, hn::Set(d, E::kMaxBits + E::kRound));
   // Round half to even: (c + lowest kept bit) >> kShift, taken as a shift left by
   // 8 - kShift so that the code lands in the high byte.
-  V16 mag;
   if constexpr (E::kShift == 4) {
-    mag = hn::Add(hn::ShiftLeft<4>(c), hn::And(c, hn::Set(d, 0x10)));  // lsb << 4 = c & 0x10
+    // The lowest kept bit of |h| scaled is bit 4 of h itself (the scaling subtracts a
+    // multiple of 128, kRound aside), already in place once shifted: lsb << 4 = h & 0x10.
+    // The sign comes in the same AND and add, as c << 4 + 0x10 stays below 0x8000 (c is at
+    // most the largest element plus kRound, 0x7E7, on the lanes that are not redone).
+    return hn::Add(hn::ShiftLeft<4>(c), hn::And(h, hn::Set(d, 0x8010)));
   } else {
-    mag = hn::ShiftLeft<8 - E::kShift>(
+    const V16 mag = hn::ShiftLeft<8 - E::kShift>(
         hn::Add(c, hn::And(hn::ShiftRight<E::kShift>(c), hn::Set(d, 1))));
+    return hn::OrAnd(mag, h, hn::Set(d, 0x8000));  // the sign
   }
-  return hn::OrAnd(mag, h, hn::Set(d, 0x8000));  // the sign
 }
 
 // The codes of Encode16 (high bytes) to Lanes(D16()) bytes.
@@ -453,22 +474,20 @@ HWY_NOINLINE void EncodeSlow16(const void* base, int64_t index, const uint8_t* l
 
 // kBlocks adjacent full blocks of 32 at `index` whose Enc16::Sub and ::SlowBelow are both
 // halves of sub2[j] and slow2[j] (a 32-bit broadcast from memory is a load alone; a 16-bit
-// one also takes a shuffle). The lanes the fp32 encoder must redo are OR-ed into
-// `any_slow` (SlowVectors16 finds them afterwards, outside the hot loop).
-template <bool kBf16, ElementFormat kFormat, size_t kBlocks>
+// one also takes a shuffle). The lanes the fp32 encoder must redo are taken out of `fast`
+// (SlowVectors16 finds them afterwards, outside the hot loop).
+template <bool kBf16, ElementFormat kFormat, size_t kBlocks, bool kSaturate = true>
 HWY_INLINE void EncodeBlocks16(const void* base, int64_t index, const uint32_t* sub2,
-                               const uint32_t* slow2, uint8_t* out, M16& any_slow) {
+                               const uint32_t* slow2, uint8_t* out, M16& fast) {
   const D16 d;
   const size_t n = hn::Lanes(d);
   constexpr size_t kVecs = kBlocks * kBlockVecs16;
   V16 codes[kVecs];
   for (size_t i = 0; i < kVecs; ++i) {
     const size_t j = i / kBlockVecs16;
-    M16 slow;
-    codes[i] = Encode16<kFormat>(Load16<kBf16>(base, index + static_cast<int64_t>(i * n)),
-                                 hn::BitCast(d, hn::Set(DU(), sub2[j])),
-                                 hn::BitCast(d, hn::Set(DU(), slow2[j])), slow);
-    any_slow = hn::Or(any_slow, slow);
+    codes[i] = Encode16<kFormat, kSaturate>(Load16<kBf16>(base, index + static_cast<int64_t>(i * n)),
+                                            hn::BitCast(d, hn::Set(DU(), sub2[j])),
+                                            hn::BitCast(d, hn::Set(DU(), slow2[j])), fast);
   }
   for (size_t i = 0; i + 1 < kVecs; i += 2) StoreCodes16x2(codes[i], codes[i + 1], out + i * n);
   if constexpr (kVecs % 2 == 1) StoreCodes16(codes[kVecs - 1], out + (kVecs - 1) * n);
@@ -512,10 +531,10 @@ HWY_INLINE void QuantizeBlock16(const void* base, int64_t index, uint8_t scale, 
     return;
   }
   using E = Enc16<kFormat>;
-  M16 any_slow = hn::FirstN(D16(), 0);
+  M16 fast = AllFast16();
   const uint32_t sub2 = E::Sub(scale) * 0x10001u, slow2 = E::SlowBelow(scale) * 0x10001u;
-  EncodeBlocks16<kBf16, kFormat, 1>(base, index, &sub2, &slow2, out, any_slow);
-  if (HWY_UNLIKELY(!hn::AllFalse(D16(), any_slow))) {
+  EncodeBlocks16<kBf16, kFormat, 1>(base, index, &sub2, &slow2, out, fast);
+  if (HWY_UNLIKELY(AnySlow16(fast))) {
     RedoSlow16<kBf16, kFormat>(base, index, scale, SlowVectors16<kBf16, kFormat>(base, index, scale),
                                out);
   }
@@ -530,8 +549,8 @@ HWY_INLINE VI PairMaxBits(V16 abs16) {
 
 // kLanes consecutive full blocks at `index` in 16-bit lanes, given their scale bytes b (one
 // per 32-bit lane): the bytes stored to `scales`, then the encode (NaN blocks and redos
-// included).
-template <bool kBf16, ElementFormat kFormat>
+// included). kSaturate as for Encode16.
+template <bool kBf16, ElementFormat kFormat, bool kSaturate>
 HWY_INLINE void EncodeBatch16(const QuantSource& src, int64_t index, VI b, uint8_t* out,
                               uint8_t* scales) {
   constexpr size_t kLanes = hn::MaxLanes(DI());
@@ -550,14 +569,19 @@ HWY_INLINE void EncodeBatch16(const QuantSource& src, int64_t index, VI b, uint8
   OffsetsV<kFormat>(b, sub_v, slow_v);
   hn::Store(hn::BitCast(DU(), hn::Or(sub_v, hn::ShiftLeft<16>(sub_v))), DU(), sub);
   hn::Store(hn::BitCast(DU(), hn::Or(slow_v, hn::ShiftLeft<16>(slow_v))), DU(), slow_below);
+  // Without this, GCC forwards the stores to the broadcasts below as 2-3 shuffles each
+  // (vpsrldq/valignd, vpbroadcastd), on the port the encode needs; from memory a broadcast
+  // is a load alone.
+  asm volatile("" : : "r"(sub), "r"(slow_below) : "memory");
   const void* x = src.x;
-  M16 any_slow = hn::FirstN(D16(), 0);
+  M16 fast = AllFast16();
   constexpr size_t kStep = kLanes % 2 == 0 ? 2 : 1;  // pairs share one pack (StoreCodes16x2)
   for (size_t j = 0; j < kLanes; j += kStep) {
-    EncodeBlocks16<kBf16, kFormat, kStep>(x, index + static_cast<int64_t>(j) * kBlock, sub + j,
-                                          slow_below + j, out + j * kBlock, any_slow);
+    EncodeBlocks16<kBf16, kFormat, kStep, kSaturate>(x, index + static_cast<int64_t>(j) * kBlock,
+                                                     sub + j, slow_below + j, out + j * kBlock,
+                                                     fast);
   }
-  if (HWY_UNLIKELY(!hn::AllFalse(D16(), any_slow))) {
+  if (HWY_UNLIKELY(AnySlow16(fast))) {
     for (size_t j = 0; j < kLanes; ++j) {
       const int64_t at = index + static_cast<int64_t>(j) * kBlock;
       const uint32_t redo = SlowVectors16<kBf16, kFormat>(x, at, scales[j]);
@@ -567,7 +591,7 @@ HWY_INLINE void EncodeBatch16(const QuantSource& src, int64_t index, VI b, uint8
 }
 
 // kLanes consecutive full blocks of 16-bit lanes: amax, scales, encode.
-template <bool kBf16, ElementFormat kFormat>
+template <bool kBf16, ElementFormat kFormat, bool kSaturate>
 HWY_INLINE void BlockBatch16(const QuantSource& src, int64_t index, uint8_t* out,
                              uint8_t* scales) {
   constexpr size_t kLanes = hn::MaxLanes(DI());
@@ -593,7 +617,7 @@ HWY_INLINE void BlockBatch16(const QuantSource& src, int64_t index, uint8_t* out
   }
   VI amax = TransposeMax<kLanes, kBf16>(block_amax);
   if constexpr (kBf16) amax = PairMaxBits(hn::BitCast(D16(), amax));
-  EncodeBatch16<kBf16, kFormat>(src, index, ScalesV(src.scale_table, amax), out, scales);
+  EncodeBatch16<kBf16, kFormat, kSaturate>(src, index, ScalesV(src.scale_table, amax), out, scales);
 }
 
 // Columnwise pass 1 of a bf16 source in 16-bit lanes: amax[c] = max(amax[c], |x[row, c]|).
@@ -615,8 +639,8 @@ HWY_INLINE void AccumulateColumnAmax16(const QuantSource& src, int64_t row, int6
 }
 
 // Columnwise pass 2 in 16-bit lanes (no NaN column in the strip): per-column subtrahends
-// and thresholds (Enc16), and the scale bytes for the exact path.
-template <bool kBf16, ElementFormat kFormat>
+// and thresholds (Enc16), and the scale bytes for the exact path. kSaturate as for Encode16.
+template <bool kBf16, ElementFormat kFormat, bool kSaturate>
 void EncodeColumnStrip16(const QuantSource& src, const ColStrip& strip, ColwiseOut out,
                          const uint8_t* scales, const uint16_t* sub, const uint16_t* slow_below) {
   const D16 d;
@@ -631,7 +655,7 @@ void EncodeColumnStrip16(const QuantSource& src, const ColStrip& strip, ColwiseO
   for (int64_t r = strip.row0; r < strip.row0 + strip.num_rows; ++r) {
     const int64_t base = r * cols;
     uint8_t* data = out.data + base;
-    M16 any_slow = hn::FirstN(d, 0);
+    M16 fast = AllFast16();
     int64_t c = col0;
     // The same columns 32 rows below, or (past the last row) this row again, which is in
     // cache: no bounds test per vector, whose scalar ops would share ports with the encode.
@@ -642,11 +666,9 @@ void EncodeColumnStrip16(const QuantSource& src, const ColStrip& strip, ColwiseO
       if constexpr (!kBf16) __builtin_prefetch(ahead + at * kSize + 64, 0, 2);
     };
     const auto encode = [&](int64_t at, M16& acc) {
-      M16 slow;
-      const V16 codes = Encode16<kFormat>(Load16<kBf16>(x, base + at), hn::LoadU(d, sub + (at - col0)),
-                                          hn::LoadU(d, slow_below + (at - col0)), slow);
-      acc = hn::Or(acc, slow);
-      return codes;
+      return Encode16<kFormat, kSaturate>(Load16<kBf16>(x, base + at),
+                                          hn::LoadU(d, sub + (at - col0)),
+                                          hn::LoadU(d, slow_below + (at - col0)), acc);
     };
     // Vectors that the fp32 encoder must redo are looked for again only in the groups of
     // kGroup vectors that reported one (a row of 4096 bf16 columns has a slow lane in about
@@ -658,15 +680,15 @@ void EncodeColumnStrip16(const QuantSource& src, const ColStrip& strip, ColwiseO
     int num_flagged = 0;
     bool all_groups = false;  // more flagged groups than `flagged` holds
     for (; c + kGroup * n <= col1; c += kGroup * n) {
-      M16 group_slow = hn::FirstN(d, 0);
+      M16 group_fast = AllFast16();
       for (int64_t i = 0; i < kGroup; i += 2) {  // pairs share one pack (StoreCodes16x2)
         const int64_t at = c + i * n;
         prefetch(at);
         prefetch(at + n);
-        const V16 first = encode(at, group_slow);
-        StoreCodes16x2(first, encode(at + n, group_slow), data + at);
+        const V16 first = encode(at, group_fast);
+        StoreCodes16x2(first, encode(at + n, group_fast), data + at);
       }
-      if (HWY_UNLIKELY(!hn::AllFalse(d, group_slow))) {
+      if (HWY_UNLIKELY(AnySlow16(group_fast))) {
         if (num_flagged < kMaxFlagged) {
           flagged[num_flagged++] = c;
         } else {
@@ -678,12 +700,12 @@ void EncodeColumnStrip16(const QuantSource& src, const ColStrip& strip, ColwiseO
     for (; c + 2 * n <= col1; c += 2 * n) {
       prefetch(c);
       prefetch(c + n);
-      const V16 first = encode(c, any_slow);
-      StoreCodes16x2(first, encode(c + n, any_slow), data + c);
+      const V16 first = encode(c, fast);
+      StoreCodes16x2(first, encode(c + n, fast), data + c);
     }
     for (; c + n <= col1; c += n) {
       prefetch(c);
-      StoreCodes16(encode(c, any_slow), data + c);
+      StoreCodes16(encode(c, fast), data + c);
     }
     const int64_t vectors_end = c;
     // Re-checks the vectors in [c0, c1) and redoes the flagged ones.
@@ -701,7 +723,7 @@ void EncodeColumnStrip16(const QuantSource& src, const ColStrip& strip, ColwiseO
     } else {
       for (int i = 0; i < num_flagged; ++i) redo(flagged[i], flagged[i] + kGroup * n);
     }
-    if (HWY_UNLIKELY(!hn::AllFalse(d, any_slow))) redo(groups_end, vectors_end);
+    if (HWY_UNLIKELY(AnySlow16(fast))) redo(groups_end, vectors_end);
     for (; c < col1; ++c) {
       data[c] = EncodeElement(kFormat,
                               LoadScalar<kBf16>(x, base + c) * E8M0InverseScale(scales[c - col0]));
@@ -716,7 +738,7 @@ constexpr bool k16 = true;
 constexpr bool k16 = false;
 #endif
 
-template <bool kBf16, ElementFormat kFormat>
+template <bool kBf16, ElementFormat kFormat, bool kSaturate>
 void RowwiseT(const QuantSource& src, int64_t row0, int64_t row1, RowwiseOut out) {
   const int64_t cols = src.cols;
   const int64_t blocks = (cols + kBlock - 1) / kBlock;
@@ -729,7 +751,7 @@ void RowwiseT(const QuantSource& src, int64_t row0, int64_t row1, RowwiseOut out
     int64_t b = 0;
     for (; b + kBatch <= full; b += kBatch) {
 #if HWY_TARGET != HWY_SCALAR
-      BlockBatch16<kBf16, kFormat>(src, base + b * kBlock, data + b * kBlock, scales + b);
+      BlockBatch16<kBf16, kFormat, kSaturate>(src, base + b * kBlock, data + b * kBlock, scales + b);
 #else
       BlockBatch<kBf16, kFormat>(src, base + b * kBlock, data + b * kBlock, scales + b);
 #endif
@@ -820,7 +842,7 @@ HWY_INLINE void AccumulateStripAmax(const QuantSource& src, int64_t row, int64_t
 
 // Columnwise scales from the accumulated amax (a vector of them at a time), then pass 2
 // over the strip (now in cache).
-template <bool kBf16, ElementFormat kFormat>
+template <bool kBf16, ElementFormat kFormat, bool kSaturate>
 void FinishColumnStrip(const QuantSource& src, const ColStrip& strip, ColwiseOut out,
                        const StripWorkspace<kBf16>& ws) {
   const int64_t width = strip.col1 - strip.col0;
@@ -869,11 +891,11 @@ void FinishColumnStrip(const QuantSource& src, const ColStrip& strip, ColwiseOut
     return;
   }
 #if HWY_TARGET != HWY_SCALAR
-  EncodeColumnStrip16<kBf16, kFormat>(src, strip, out, scales, ws.sub, ws.slow_below);
+  EncodeColumnStrip16<kBf16, kFormat, kSaturate>(src, strip, out, scales, ws.sub, ws.slow_below);
 #endif
 }
 
-template <bool kBf16, ElementFormat kFormat>
+template <bool kBf16, ElementFormat kFormat, bool kSaturate>
 void ColwiseT(const QuantSource& src, const ColStrip& strip, ColwiseOut out, void* workspace) {
   const StripWorkspace<kBf16> ws(workspace, strip.col1 - strip.col0);
   int64_t c = strip.col0;
@@ -903,7 +925,7 @@ void ColwiseT(const QuantSource& src, const ColStrip& strip, ColwiseOut out, voi
       AccumulateStripAmax<kBf16>(src, r, c, strip.col1, ws.amax + (c - strip.col0));
     }
   }
-  FinishColumnStrip<kBf16, kFormat>(src, strip, out, ws);
+  FinishColumnStrip<kBf16, kFormat, kSaturate>(src, strip, out, ws);
 }
 
 // Whether DualBlockAmax returns 16-bit maxima (bf16 on the 16-bit path) rather than fp32
@@ -953,7 +975,7 @@ HWY_INLINE VI DualBlockAmax(const QuantSource& src, int64_t index, ColumnAmax<kB
 // Both axes from one read of the strip: each row's blocks are quantized rowwise while the
 // column amax accumulates (kLanes blocks at a time, sharing one transposing reduction of
 // their amax); the columnwise pass then re-reads the strip from cache.
-template <bool kBf16, ElementFormat kFormat>
+template <bool kBf16, ElementFormat kFormat, bool kSaturate>
 void DualT(const QuantSource& src, const ColStrip& strip, RowwiseOut row_out, ColwiseOut col_out,
            void* workspace) {
   const StripWorkspace<kBf16> ws(workspace, strip.col1 - strip.col0);
@@ -975,7 +997,7 @@ void DualT(const QuantSource& src, const ColStrip& strip, RowwiseOut row_out, Co
                            DualAmaxBits<kBf16>(TransposeMax<kLanes, kDualRaw16<kBf16>>(block_amax)));
       uint8_t* scales = row_scales + c / kBlock;
 #if HWY_TARGET != HWY_SCALAR
-      EncodeBatch16<kBf16, kFormat>(src, base + c, b, row_out.data + base + c, scales);
+      EncodeBatch16<kBf16, kFormat, kSaturate>(src, base + c, b, row_out.data + base + c, scales);
 #else
       hn::StoreU(hn::TruncateTo(hn::Rebind<uint8_t, DI>(), hn::BitCast(DU(), b)),
                  hn::Rebind<uint8_t, DI>(), scales);
@@ -1008,19 +1030,37 @@ void DualT(const QuantSource& src, const ColStrip& strip, RowwiseOut row_out, Co
                                    row_scales + c / kBlock);
     }
   }
-  FinishColumnStrip<kBf16, kFormat>(src, strip, col_out, ws);
+  FinishColumnStrip<kBf16, kFormat, kSaturate>(src, strip, col_out, ws);
 }
 
-// Run-time (bf16, format) to template dispatch, once per kernel call.
-#define MXTRAIN_DISPATCH_TYPES(FN, SRC, ...)                                          \
-  do {                                                                                \
-    if ((SRC).bf16) {                                                                 \
-      if ((SRC).format == ElementFormat::kE4M3) FN<true, ElementFormat::kE4M3>(__VA_ARGS__); \
-      else FN<true, ElementFormat::kE5M2>(__VA_ARGS__);                               \
-    } else {                                                                          \
-      if ((SRC).format == ElementFormat::kE4M3) FN<false, ElementFormat::kE4M3>(__VA_ARGS__); \
-      else FN<false, ElementFormat::kE5M2>(__VA_ARGS__);                              \
-    }                                                                                 \
+// Whether a rule's elements can exceed the largest element once scaled (floor and even:
+// blocks whose amax mantissa is large); rceil and ceil cannot (docs/decisions.md "rceil and
+// saturation", checked by exhaustive_rceil_range), so their kernels leave the clamp out.
+HWY_INLINE bool RuleSaturates(ScaleRule rule) {
+  return rule != ScaleRule::kRceil && rule != ScaleRule::kCeil;
+}
+
+// Run-time (bf16, format, saturation) to template dispatch, once per kernel call.
+#define MXTRAIN_DISPATCH_SAT(FN, BF16, FORMAT, SRC, ...)                                  \
+  do {                                                                                  \
+    if (RuleSaturates((SRC).rule)) FN<BF16, FORMAT, true>(__VA_ARGS__);                  \
+    else FN<BF16, FORMAT, false>(__VA_ARGS__);                                          \
+  } while (0)
+#define MXTRAIN_DISPATCH_TYPES(FN, SRC, ...)                                                \
+  do {                                                                                      \
+    if ((SRC).bf16) {                                                                       \
+      if ((SRC).format == ElementFormat::kE4M3) {                                           \
+        MXTRAIN_DISPATCH_SAT(FN, true, ElementFormat::kE4M3, SRC, __VA_ARGS__);             \
+      } else {                                                                              \
+        MXTRAIN_DISPATCH_SAT(FN, true, ElementFormat::kE5M2, SRC, __VA_ARGS__);             \
+      }                                                                                     \
+    } else {                                                                                \
+      if ((SRC).format == ElementFormat::kE4M3) {                                           \
+        MXTRAIN_DISPATCH_SAT(FN, false, ElementFormat::kE4M3, SRC, __VA_ARGS__);            \
+      } else {                                                                              \
+        MXTRAIN_DISPATCH_SAT(FN, false, ElementFormat::kE5M2, SRC, __VA_ARGS__);            \
+      }                                                                                     \
+    }                                                                                       \
   } while (0)
 
 void Rowwise(const QuantSource& src, int64_t row0, int64_t row1, RowwiseOut out) {
@@ -1034,6 +1074,7 @@ void Dual(const QuantSource& src, const ColStrip& strip, RowwiseOut row_out, Col
   MXTRAIN_DISPATCH_TYPES(DualT, src, src, strip, row_out, col_out, workspace);
 }
 #undef MXTRAIN_DISPATCH_TYPES
+#undef MXTRAIN_DISPATCH_SAT
 
 template <ElementFormat kFormat>
 void EncodeT(const float* in, uint8_t* out, size_t count) {
