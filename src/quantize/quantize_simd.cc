@@ -482,17 +482,29 @@ HWY_INLINE void StoreCodes16(V16 codes, uint8_t* out) {
 #endif
 }
 
+#if HWY_TARGET <= HWY_AVX3_DL
+// AVX512-VBMI: output byte i is byte pick(i) of the 128-byte concatenation [a, b], one
+// two-register byte permute (vpermt2b).
+struct alignas(64) ByteTable {
+  uint8_t index[64];
+};
+template <typename Pick>
+constexpr ByteTable MakeByteTable(Pick pick) {
+  ByteTable t{};
+  for (int i = 0; i < 64; ++i) t.index[i] = static_cast<uint8_t>(pick(i));
+  return t;
+}
+HWY_INLINE __m512i PickBytes(__m512i a, __m512i b, const ByteTable& table) {
+  return _mm512_permutex2var_epi8(a, _mm512_load_si512(table.index), b);
+}
+#endif
+
 // StoreCodes16 of a then b, to 2 * Lanes(D16()) consecutive bytes.
 HWY_INLINE void StoreCodes16x2(V16 a, V16 b, uint8_t* out) {
 #if HWY_TARGET <= HWY_AVX3_DL
-  // AVX512-VBMI: one two-register byte permute picks the high bytes of both.
-  alignas(64) static constexpr uint8_t kOdd[64] = {
-      1,   3,   5,   7,   9,   11,  13,  15,  17,  19,  21,  23,  25,  27,  29,  31,
-      33,  35,  37,  39,  41,  43,  45,  47,  49,  51,  53,  55,  57,  59,  61,  63,
-      65,  67,  69,  71,  73,  75,  77,  79,  81,  83,  85,  87,  89,  91,  93,  95,
-      97,  99,  101, 103, 105, 107, 109, 111, 113, 115, 117, 119, 121, 123, 125, 127};
-  const __m512i odd = _mm512_load_si512(reinterpret_cast<const void*>(kOdd));
-  _mm512_storeu_si512(out, _mm512_permutex2var_epi8(a.raw, odd, b.raw));
+  // The high bytes of both.
+  static constexpr ByteTable kOdd = MakeByteTable([](int i) { return 2 * i + 1; });
+  _mm512_storeu_si512(out, PickBytes(a.raw, b.raw, kOdd));
 #elif HWY_TARGET <= HWY_AVX3
   // vpackuswb interleaves the 128-bit blocks (a0 b0 a1 b1 ...; codes fit a byte unsigned);
   // vpermq puts a's four quarters first.
@@ -507,13 +519,30 @@ HWY_INLINE void StoreCodes16x2(V16 a, V16 b, uint8_t* out) {
 }
 
 // Two fp32 vectors (as bits) to one vector of their top 16 bits, rounded to odd: the low
-// 16 bits OR-ed into the lowest kept bit.
+// 16 bits OR-ed into the lowest kept bit. v + 0xFFFF carries into bit 16 exactly when the
+// low half is nonzero, and a carry always flips bit 16, so bit 16 of v ^ (v + 0xFFFF) is
+// the sticky bit: v | ((v ^ (v + 0xFFFF)) & 0x10000) is an add and one ternary-logic op on
+// AVX-512, then one byte permute takes the high halves (5 vector uops per 32 elements,
+// where shifting, a min, an OR and vpermt2w took 11).
 HWY_INLINE V16 NarrowToOdd(VU lo, VU hi) {
   const DU du;
   const auto odd = [&](VU v) {
-    return hn::Or(hn::ShiftRight<16>(v), hn::Min(hn::And(v, hn::Set(du, 0xFFFF)), hn::Set(du, 1)));
+    const VU carried = hn::Add(v, hn::Set(du, 0xFFFF));
+#if HWY_TARGET <= HWY_AVX3
+    // A | ((A ^ B) & C) for A = v, B = carried, C = 0x10000.
+    return VU{_mm512_ternarylogic_epi32(v.raw, carried.raw, hn::Set(du, 0x10000).raw, 0xF8)};
+#else
+    return hn::Or(v, hn::And(hn::Xor(v, carried), hn::Set(du, 0x10000)));
+#endif
   };
-  return hn::ConcatEven(D16(), hn::BitCast(D16(), odd(hi)), hn::BitCast(D16(), odd(lo)));
+#if HWY_TARGET <= HWY_AVX3_DL
+  // Bytes 2 and 3 of each 32-bit lane of lo, then of hi.
+  static constexpr ByteTable kHighHalves =
+      MakeByteTable([](int i) { return 4 * (i / 2) + 2 + i % 2; });
+  return V16{PickBytes(odd(lo).raw, odd(hi).raw, kHighHalves)};
+#else
+  return hn::ConcatOdd(D16(), hn::BitCast(D16(), odd(hi)), hn::BitCast(D16(), odd(lo)));
+#endif
 }
 
 // The 16-bit vector i of the elements at `index` of the source.
@@ -972,30 +1001,38 @@ void ColwiseT(const QuantSource& src, const ColStrip& strip, ColwiseOut out, voi
   NextStripPrefetch ahead(src, strip);
   int64_t c = strip.col0;
 #if HWY_TARGET != HWY_SCALAR
-  if constexpr (std::is_same_v<ColumnAmax<kBf16>, uint16_t>) {
-    // bf16: the amax of kChunk vectors of columns in registers down the strip's rows, one
-    // store each, instead of a load and a store of the running amax per row and vector.
+  {
+    // The amax of kChunk vectors of columns in registers down the strip's rows (16-bit
+    // lanes for bf16, fp32 bits for fp32), one store each, instead of a load and a store of
+    // the running amax per row and vector (f32 colwise 256 x 1024, one thread: see
+    // docs/decisions.md).
+    using DA = std::conditional_t<kBf16, D16, DI>;
     constexpr int64_t kChunk = 8;
-    const D16 d;
-    const int64_t n = static_cast<int64_t>(hn::Lanes(d));
-    const uint16_t* x = static_cast<const uint16_t*>(src.x);
+    const DA da;
+    const int64_t n = static_cast<int64_t>(hn::Lanes(da));
     for (; c + kChunk * n <= strip.col1; c += kChunk * n) {
-      V16 acc[kChunk];
-      for (int64_t i = 0; i < kChunk; ++i) acc[i] = hn::Zero(d);
+      hn::Vec<DA> acc[kChunk];
+      for (int64_t i = 0; i < kChunk; ++i) acc[i] = hn::Zero(da);
       for (int64_t r = strip.row0; r < strip.row0 + strip.num_rows; ++r) {
-        const uint16_t* row = x + r * src.cols + c;
-        // Half the next strip's lines (NextStripPrefetch): a line each 2 vectors of a line.
-        ahead.Issue<kChunk * static_cast<int64_t>(hn::MaxLanes(D16())) * 2 / 64 / 2>();
+        const int64_t at = r * src.cols + c;
+        // Half the next strip's lines (NextStripPrefetch): a line each 2 lines read.
+        ahead.Issue<kChunk * static_cast<int64_t>(hn::MaxLanes(da) * sizeof(hn::TFromD<DA>)) /
+                    64 / 2>();
         for (int64_t i = 0; i < kChunk; ++i) {
-          acc[i] = hn::Max(acc[i], Abs16(hn::LoadU(d, row + i * n)));
+          if constexpr (kBf16) {
+            acc[i] = hn::Max(acc[i], Abs16(Load16<true>(src.x, at + i * n)));
+          } else {
+            acc[i] = hn::Max(acc[i], AbsBits(LoadF<false>(src.x, at + i * n)));
+          }
         }
       }
-      for (int64_t i = 0; i < kChunk; ++i) hn::StoreU(acc[i], d, ws.amax + (c - strip.col0) + i * n);
+      for (int64_t i = 0; i < kChunk; ++i) hn::StoreU(acc[i], da, ws.amax + (c - strip.col0) + i * n);
     }
   }
 #endif
   if (c < strip.col1) {
-    // fp32 (or the bf16 columns past the chunks): half the next strip's lines, as above.
+    // The columns past the chunks (all of a narrow strip): half the next strip's lines, as
+    // above.
     const int64_t rate = c == strip.col0 ? ahead.Rate(strip.num_rows, 1, 2) : 0;
     for (int64_t r = strip.row0; r < strip.row0 + strip.num_rows; ++r) {
       ahead.Issue(rate);
