@@ -30,10 +30,11 @@ void GemmPortable(const GemmProblem& p, std::vector<uint8_t>& skipped) {
   const int64_t tiles_i = CeilDiv(p.a.free, kGemmTile);
   const int64_t tiles_j = CeilDiv(p.b.free, kGemmTile);
   const int64_t cols = p.b.free;
+  const TileSafety tile_safe(p);
 #pragma omp parallel for num_threads(p.threads) schedule(dynamic)
   for (int64_t t = 0; t < tiles_i * tiles_j; ++t) {
     const int64_t ti = t / tiles_j, tj = t % tiles_j;
-    if (!TileIsSafe(p, ti, tj)) {
+    if (!tile_safe(ti, tj)) {
       skipped[t] = 1;
       continue;
     }

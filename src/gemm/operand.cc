@@ -38,26 +38,19 @@ RowScaleStats RowScaleStats::Of(const GemmOperand& op, int threads) {
   st.min_scale.assign(static_cast<size_t>(op.free), 255);
   st.max_scale.assign(static_cast<size_t>(op.free), 0);
   st.has_nan.assign(static_cast<size_t>(op.free), 0);
-  const auto visit = [&](int64_t f, int64_t kb) {
-    const uint8_t b = op.Scale(f, kb);
-    if (b == kE8M0NaN) {
-      st.has_nan[f] = 1;
-      return;
+  // Only blocks with a non-zero element constrain the range; NaN blocks (scale 0xFF) only
+  // set has_nan. A zero block gets b = 0 (NUMERICS.md §4), so one pass takes the range over
+  // the blocks with b > 0 (branch-free, so it vectorizes), and only a row whose range does
+  // not already reach 0 has its b = 0 blocks scanned for a non-zero code. A block with b > 0
+  // counts as non-zero even if its codes are all zero, which can only widen the range (more
+  // tiles to the exact path, never a wrong one).
+  const auto block_nonzero = [&](int64_t f, int64_t kb) {
+    for (int64_t k = kb * kMxBlock; k < std::min(op.s, (kb + 1) * kMxBlock); ++k) {
+      if ((op.Code(f, k) & 0x7F) != 0) return true;
     }
-    // Only blocks with a non-zero element constrain the range. A zero block gets b = 0
-    // (NUMERICS.md §4), so only those are scanned; a block with b > 0 counts as non-zero
-    // even if its codes are all zero, which can only widen the range (more tiles to the
-    // exact path, never a wrong one).
-    if (b == 0 && st.min_scale[f] > 0) {
-      bool nonzero = false;
-      for (int64_t k = kb * kMxBlock; k < std::min(op.s, (kb + 1) * kMxBlock) && !nonzero; ++k) {
-        nonzero = (op.Code(f, k) & 0x7F) != 0;
-      }
-      if (!nonzero) return;
-    }
-    st.min_scale[f] = std::min(st.min_scale[f], b);
-    st.max_scale[f] = std::max(st.max_scale[f], b);
+    return false;
   };
+  std::vector<uint8_t> has_zero(static_cast<size_t>(op.free), 0);
   // Rows are independent: threads take contiguous row ranges, and within one each walks the
   // scales in storage order (down a row for rowwise storage, along scale rows for
   // columnwise).
@@ -67,11 +60,45 @@ RowScaleStats RowScaleStats::Of(const GemmOperand& op, int threads) {
     const int64_t f0 = op.free * t / team, f1 = op.free * (t + 1) / team;
     if (!op.contract_rows) {
       for (int64_t f = f0; f < f1; ++f) {
-        for (int64_t kb = 0; kb < op.blocks; ++kb) visit(f, kb);
+        const uint8_t* sc = op.scales + f * op.blocks;
+        uint8_t mn = 255, mx = 0, nan = 0, zero = 0;
+#pragma omp simd reduction(min : mn) reduction(max : mx) reduction(| : nan, zero)
+        for (int64_t kb = 0; kb < op.blocks; ++kb) {
+          const uint8_t b = sc[kb];
+          nan |= static_cast<uint8_t>(b == kE8M0NaN);
+          zero |= static_cast<uint8_t>(b == 0);
+          mn = std::min<uint8_t>(mn, b == 0 || b == kE8M0NaN ? 255 : b);
+          mx = std::max<uint8_t>(mx, b == kE8M0NaN ? 0 : b);
+        }
+        st.min_scale[f] = mn;
+        st.max_scale[f] = mx;
+        st.has_nan[f] = nan;
+        has_zero[f] = zero;
       }
     } else {
+      uint8_t* mn = st.min_scale.data();
+      uint8_t* mx = st.max_scale.data();
+      uint8_t* nan = st.has_nan.data();
+      uint8_t* zero = has_zero.data();
       for (int64_t kb = 0; kb < op.blocks; ++kb) {
-        for (int64_t f = f0; f < f1; ++f) visit(f, kb);
+        const uint8_t* sc = op.scales + kb * op.free;
+#pragma omp simd
+        for (int64_t f = f0; f < f1; ++f) {
+          const uint8_t b = sc[f];
+          nan[f] |= static_cast<uint8_t>(b == kE8M0NaN);
+          zero[f] |= static_cast<uint8_t>(b == 0);
+          mn[f] = std::min<uint8_t>(mn[f], b == 0 || b == kE8M0NaN ? 255 : b);
+          mx[f] = std::max<uint8_t>(mx[f], b == kE8M0NaN ? 0 : b);
+        }
+      }
+    }
+    for (int64_t f = f0; f < f1; ++f) {
+      if (!has_zero[f] || st.min_scale[f] == 0) continue;
+      for (int64_t kb = 0; kb < op.blocks; ++kb) {
+        if (op.Scale(f, kb) == 0 && block_nonzero(f, kb)) {
+          st.min_scale[f] = 0;
+          break;
+        }
       }
     }
   }
