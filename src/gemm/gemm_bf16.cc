@@ -250,16 +250,24 @@ MXTRAIN_AVX512 inline void TransposeRows(__m512i* rows) {
   }
 }
 
-// Packed tiles are written with non-temporal stores: a pack is larger than L2 and is read
-// back panel by panel long after, so ordinary stores only add a read of every line
-// (measured: packing 16M rowwise codes 2.3 -> 1.2 ms, 64M columnwise 15 -> 8 ms on 2
-// threads). The packing loops end with an sfence before their barrier.
-MXTRAIN_AVX512 inline void StreamRow(uint16_t* dst, __m512i v) {
-  _mm512_stream_si512(reinterpret_cast<__m512i*>(dst), v);
+// Whole-operand packs are written with non-temporal stores (kStream): such a pack is larger
+// than L2 and is read back panel by panel long after, so ordinary stores only add a read of
+// every line (measured: packing 16M rowwise codes 2.3 -> 1.2 ms, 64M columnwise 15 -> 8 ms
+// on 2 threads). Those packing loops end with an sfence before their barrier. A column
+// item of B packed just before its use (RunBf16Gemm) is written with ordinary stores, to
+// stay in L2.
+template <bool kStream = true>
+MXTRAIN_AVX512 inline void StoreRow(uint16_t* dst, __m512i v) {
+  if constexpr (kStream) {
+    _mm512_stream_si512(reinterpret_cast<__m512i*>(dst), v);
+  } else {
+    _mm512_store_si512(dst, v);
+  }
 }
 
+template <bool kStream = true>
 MXTRAIN_AVX512 inline void StoreRows(const __m512i* rows, int n, uint16_t* dst) {
-  for (int r = 0; r < n; ++r) StreamRow(dst + r * 32, rows[r]);
+  for (int r = 0; r < n; ++r) StoreRow<kStream>(dst + r * 32, rows[r]);
 }
 
 // A (logical [I, S]) as 16x32 row tiles: tile (ti, kb) holds rows 16 ti.., K 32 kb..
@@ -320,12 +328,14 @@ Tensor PackA(const GemmOperand& op, int64_t rows_pad, int64_t kbs, int threads) 
 
 // B (logical [J, S]) in the layout TDPBF16PS reads: tile (tj, kb) row p holds, for the 16
 // columns n of the tile, the pair (B[n][2p], B[n][2p + 1]) of K 32 kb + 2p. Packs tiles
-// 2 tp and 2 tp + 1 (32 columns) of K block kb.
+// 2 tp and 2 tp + 1 (32 columns) of K block kb into `pair`, where the pair's 2 kbs tiles
+// start (tile 2 tp of K block kb at pair + kb tiles, tile 2 tp + 1 kbs tiles further).
+template <bool kStream>
 MXTRAIN_AVX512 void PackBTilePair(const GemmOperand& op, const Bf16Table& table, int64_t tp,
-                                  int64_t kb, int64_t kbs, uint16_t* dst) {
+                                  int64_t kb, int64_t kbs, uint16_t* pair) {
   const Bf16Decoder dec(table);
-  uint16_t* tile0 = dst + ((2 * tp) * kbs + kb) * kTileElems;
-  uint16_t* tile1 = dst + ((2 * tp + 1) * kbs + kb) * kTileElems;
+  uint16_t* tile0 = pair + kb * kTileElems;
+  uint16_t* tile1 = pair + (kbs + kb) * kTileElems;
   __m512i rows[32];
   if (!op.contract_rows) {
     // Storage rows are columns n: row n's 32 values are its 16 K pairs, so each tile is the
@@ -333,8 +343,8 @@ MXTRAIN_AVX512 void PackBTilePair(const GemmOperand& op, const Bf16Table& table,
     DecodeRowBlocks<32>(op, dec, table, tp * 32, kb, rows);
     TransposeRows<uint32_t>(rows);
     TransposeRows<uint32_t>(rows + 16);
-    StoreRows(rows, 16, tile0);
-    StoreRows(rows + 16, 16, tile1);
+    StoreRows<kStream>(rows, 16, tile0);
+    StoreRows<kStream>(rows + 16, 16, tile1);
     return;
   }
   // Storage rows are K: rows[c] = K index 32 kb + c over 32 columns, interleaved in pairs.
@@ -350,11 +360,35 @@ MXTRAIN_AVX512 void PackBTilePair(const GemmOperand& op, const Bf16Table& table,
   DecodeStorageRows(op, dec, table, kb, tp * 32, rows);
   for (int p = 0; p < 16; ++p) {
     const __m512i r0 = rows[2 * p], r1 = rows[2 * p + 1];
-    StreamRow(tile0 + p * 32, _mm512_permutex2var_epi16(r0, lo_idx, r1));
-    StreamRow(tile1 + p * 32, _mm512_permutex2var_epi16(r0, hi_idx, r1));
+    StoreRow<kStream>(tile0 + p * 32, _mm512_permutex2var_epi16(r0, lo_idx, r1));
+    StoreRow<kStream>(tile1 + p * 32, _mm512_permutex2var_epi16(r0, hi_idx, r1));
   }
 }
 
+// Tile pairs [tp0, tp1) of B over K blocks [kb0, kb1) into dst (pair tp at dst + 2 (tp - tp0)
+// kbs tiles), on the calling thread: rowwise storage pair by pair, columnwise by K block so
+// that each storage row is read in order (tile pair by tile pair down K would read 32 bytes
+// per line at a stride of J bytes).
+template <bool kStream>
+void PackBPairs(const GemmOperand& op, const Bf16Table& table, int64_t tp0, int64_t tp1,
+                int64_t kb0, int64_t kb1, int64_t kbs, uint16_t* dst) {
+  const auto pair = [&](int64_t tp) { return dst + 2 * (tp - tp0) * kbs * kTileElems; };
+  if (!op.contract_rows) {
+    for (int64_t tp = tp0; tp < tp1; ++tp) {
+      for (int64_t kb = kb0; kb < kb1; ++kb) {
+        PackBTilePair<kStream>(op, table, tp, kb, kbs, pair(tp));
+      }
+    }
+  } else {
+    for (int64_t kb = kb0; kb < kb1; ++kb) {
+      for (int64_t tp = tp0; tp < tp1; ++tp) {
+        PackBTilePair<kStream>(op, table, tp, kb, kbs, pair(tp));
+      }
+    }
+  }
+}
+
+// All of B, threads splitting the tile pairs (rowwise storage) or the K blocks (columnwise).
 Tensor PackB(const GemmOperand& op, int64_t cols_pad, int64_t kbs, int threads) {
   const Bf16Table table(op.format);
   Tensor out =
@@ -363,17 +397,12 @@ Tensor PackB(const GemmOperand& op, int64_t cols_pad, int64_t kbs, int threads) 
   const int64_t pairs = cols_pad / 32;
 #pragma omp parallel num_threads(threads)
   {
+    const int64_t team = omp_get_num_threads(), t = omp_get_thread_num();
     if (!op.contract_rows) {
-#pragma omp for schedule(static) nowait
-      for (int64_t tp = 0; tp < pairs; ++tp) {
-        for (int64_t kb = 0; kb < kbs; ++kb) PackBTilePair(op, table, tp, kb, kbs, dst);
-      }
+      const int64_t tp0 = pairs * t / team, tp1 = pairs * (t + 1) / team;
+      PackBPairs<true>(op, table, tp0, tp1, 0, kbs, kbs, dst + 2 * tp0 * kbs * kTileElems);
     } else {
-      // Columnwise: by K block, each storage row read in order (as in PackA).
-#pragma omp for schedule(static) nowait
-      for (int64_t kb = 0; kb < kbs; ++kb) {
-        for (int64_t tp = 0; tp < pairs; ++tp) PackBTilePair(op, table, tp, kb, kbs, dst);
-      }
+      PackBPairs<true>(op, table, 0, pairs, kbs * t / team, kbs * (t + 1) / team, kbs, dst);
     }
     _mm_sfence();
   }
@@ -506,9 +535,7 @@ void RunBf16Gemm(const GemmProblem& p, std::vector<uint8_t>& skipped) {
   const std::vector<uint8_t> block_ok = PlanBlocks(p, kBlockDim, kBlockDim, skipped);
 
   const Tensor a_pack = PackA(p.a, rows_pad, kbs, p.threads);
-  const Tensor b_pack = PackB(p.b, cols_pad, kbs, p.threads);
   const uint16_t* a = a_pack.data<uint16_t>();
-  const uint16_t* b = b_pack.data<uint16_t>();
   // K chunks outermost within an item (C blocks reloaded per chunk past the first), so that
   // only one chunk of each panel's B tiles has to stay in L2 and an item can be wide.
   const int64_t resident_kbs = std::min(kbs, kChunkBlocks);
@@ -520,23 +547,39 @@ void RunBf16Gemm(const GemmProblem& p, std::vector<uint8_t>& skipped) {
 
   // Work: (column item, row range) pairs. With enough row panels each thread takes its own
   // share of the rows of every column item, so each streams only its part of A past the B
-  // tiles in its L2 (halving A traffic from L3 on 2 threads); otherwise threads split the
-  // column items.
+  // tiles in its L2 (halving A traffic from L3 on 2 threads), and B is packed once for all;
+  // otherwise (one thread included: the grouped GEMM's experts) threads split the column
+  // items and each packs its item's B tiles just before using them, so that they go to L2
+  // instead of to memory and back (an expert's weights are packed for every call).
+  const bool split_rows = p.threads > 1 && panels_i >= 2 * p.threads;
+  const Bf16Table b_table(p.b.format);
+  const Tensor b_pack = split_rows ? PackB(p.b, cols_pad, kbs, p.threads) : Tensor();
 
 #pragma omp parallel num_threads(p.threads)
   {
     Kernel::Begin();
     alignas(64) float scratch[kBlockDim * kBlockDim];
+    Tensor item_pack;  // this thread's column item of B, when items are packed at use
+    if (!split_rows) {
+      item_pack = Tensor::Empty(DType::kBF16, {2 * column_panels, kbs, kTileElems},
+                                MemoryCategory::kWorkspace);
+    }
     // C blocks of rows [pi_begin, pi_end) x column item `item`.
     const auto run = [&](int64_t item, int64_t pi_begin, int64_t pi_end) {
       const int64_t pj0 = item * column_panels;
       const int64_t pj1 = std::min(panels_j, pj0 + column_panels);
+      // B tiles of panel pj: from the whole pack, or from this item's.
+      const uint16_t* b = split_rows ? b_pack.data<uint16_t>() : item_pack.data<uint16_t>();
+      const int64_t pj_base = split_rows ? 0 : pj0;
+      if (!split_rows) {
+        PackBPairs<false>(p.b, b_table, pj0, pj1, 0, kbs, kbs, item_pack.data<uint16_t>());
+      }
       // One C block (pi, pj) over K blocks [kb0, kb1).
       const auto block = [&](int64_t pi, int64_t pj, int64_t kb0, int64_t kb1) {
         if (!block_ok[pi * panels_j + pj]) return;
         const bool load_c = kb0 > 0 || !p.overwrite;
         const uint16_t* a_panel = a + (2 * pi) * kbs * kTileElems;
-        const uint16_t* b_panel = b + (2 * pj) * kbs * kTileElems;
+        const uint16_t* b_panel = b + 2 * (pj - pj_base) * kbs * kTileElems;
         const int64_t i0 = pi * kBlockDim, j0 = pj * kBlockDim;
         if (i0 + kBlockDim <= rows && j0 + kBlockDim <= cols) {
           Kernel::Block(a_panel, b_panel, kbs, kb0, kb1, p.c + i0 * cols + j0, cols, load_c);
@@ -561,7 +604,7 @@ void RunBf16Gemm(const GemmProblem& p, std::vector<uint8_t>& skipped) {
       }
     };
     const int64_t team = omp_get_num_threads();
-    if (panels_i >= 2 * team) {
+    if (split_rows) {
       const int64_t split = omp_get_thread_num();
       for (int64_t item = 0; item < items; ++item) {
         run(item, panels_i * split / team, panels_i * (split + 1) / team);
