@@ -276,6 +276,27 @@ TEST(ScaleTable, EqualsBlockScaleAtEveryBinadeEdgeAndAtRandom) {
   }
 }
 
+// The affine range the kernels use instead of the gather: its entries are exactly the
+// exponent plus the one offset, and it covers every binade a block amax is likely to have
+// (the kernel tests below run both sides: zero blocks and subnormal or huge amax gather).
+TEST(ScaleTable, AffineRangeMatchesEntriesAndCoversTheNormalBinades) {
+  for (ScaleRule rule : kRules) {
+    for (ElementFormat f : kFormats) {
+      const internal::ScaleTable& t = internal::ScaleTableFor(rule, f);
+      ASSERT_LE(t.affine_lo, t.affine_hi);
+      for (uint32_t e = t.affine_lo; e <= t.affine_hi; ++e) {
+        ASSERT_EQ(t.entry[e], (e << 23) + t.affine_delta) << Name(rule) << " " << Name(f) << " " << e;
+      }
+      // 2^-100 .. 2^100: exponent fields 27 .. 227.
+      EXPECT_LE(t.affine_lo, 27u) << Name(rule) << " " << Name(f);
+      EXPECT_GE(t.affine_hi, 227u) << Name(rule) << " " << Name(f);
+      // Just outside, the entry breaks the pattern (else the run would be longer).
+      if (t.affine_lo > 0) EXPECT_NE(t.entry[t.affine_lo - 1], ((t.affine_lo - 1) << 23) + t.affine_delta);
+      if (t.affine_hi < 255) EXPECT_NE(t.entry[t.affine_hi + 1], ((t.affine_hi + 1) << 23) + t.affine_delta);
+    }
+  }
+}
+
 // Blocks whose first element sets the scale (a positive bf16 of exponent field es and a
 // random mantissa) and whose other 31 run through every bf16 pattern of either sign with
 // an exponent field in [es - 33, es] below it: every element pattern the 16-bit encoder

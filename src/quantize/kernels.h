@@ -8,6 +8,7 @@
 #include <string>
 
 #include "mxtrain/format/element.h"
+#include "quantize/scale_table.h"
 
 namespace mxtrain::internal {
 
@@ -19,7 +20,7 @@ struct QuantSource {
   int64_t cols;
   ElementFormat format;
   ScaleRule rule;
-  const uint32_t* scale_table;  // ScaleTableFor(rule, format).entry
+  const ScaleTable* scale_table;  // ScaleTableFor(rule, format)
 };
 
 // Rowwise outputs: data [rows, cols], scales [rows, ceil(cols/32)].

@@ -34,7 +34,7 @@ QuantSource SourceOf(const Tensor& x, const QuantizeOptions& options, const char
   int64_t flat_rows = 1;
   for (int i = 0; i + 1 < x.rank(); ++i) flat_rows *= x.shape()[i];
   return QuantSource{x.raw(), x.dtype() == DType::kBF16, flat_rows, cols, options.format,
-                     options.rule, internal::ScaleTableFor(options.rule, options.format).entry};
+                     options.rule, &internal::ScaleTableFor(options.rule, options.format)};
 }
 
 int ThreadCount(const QuantizeOptions& options) {

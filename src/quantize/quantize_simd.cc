@@ -132,10 +132,24 @@ HWY_INLINE float BlockMultiplier(uint8_t scale) {
 }
 
 // The scale bytes (one per lane) of amax given as fp32 bits: the vector form of
-// ScaleFromTable (scale_table.h) on the rule's table.
-HWY_INLINE VI ScalesV(const uint32_t* table, VI amax) {
+// ScaleFromTable (scale_table.h) on the rule's table. While every lane's binade lies in the
+// table's affine range (all but zero, subnormal and clamped amax) the entry is the exponent
+// field plus a constant; otherwise the 16-lane gather, ~20 cycles on Zen 4 (measured there:
+// 11% of bf16 columnwise time with the gather always taken).
+HWY_INLINE VI ScalesV(const ScaleTable* table, VI amax) {
   const DI di;
-  const VI entry = hn::GatherIndex(di, reinterpret_cast<const int32_t*>(table), hn::ShiftRight<23>(amax));
+  const DU du;
+  const VU exponent = hn::ShiftRight<23>(hn::BitCast(du, amax));
+  const auto outside = hn::Gt(hn::Sub(exponent, hn::Set(du, table->affine_lo)),
+                              hn::Set(du, table->affine_hi - table->affine_lo));
+  VI entry;
+  if (HWY_LIKELY(hn::AllFalse(du, outside))) {
+    entry = hn::BitCast(di, hn::Add(hn::And(hn::BitCast(du, amax), hn::Set(du, 0x7F800000u)),
+                                    hn::Set(du, table->affine_delta)));
+  } else {
+    entry = hn::GatherIndex(di, reinterpret_cast<const int32_t*>(table->entry),
+                            hn::BitCast(di, exponent));
+  }
   const VI mant = hn::Set(di, 0x7FFFFF);
   const VI above = hn::VecFromMask(di, hn::Gt(hn::And(amax, mant), hn::And(entry, mant)));
   return hn::Sub(hn::ShiftRight<23>(entry), above);  // `above` lanes are -1

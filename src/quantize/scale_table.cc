@@ -31,6 +31,18 @@ ScaleTable Build(ScaleRule rule, ElementFormat format) {
                     "scale table: rule ", Name(rule), " is not monotone in binade ", e);
     }
   }
+  // The longest run of binades that are one fixed offset from their exponent.
+  uint32_t best_lo = 1, best_len = 0;
+  for (uint32_t lo = 0; lo < 256;) {
+    const uint32_t delta = t.entry[lo] - (lo << 23);
+    uint32_t hi = lo;
+    while (hi + 1 < 256 && t.entry[hi + 1] - ((hi + 1) << 23) == delta) ++hi;
+    if (hi - lo + 1 > best_len) best_lo = lo, best_len = hi - lo + 1;
+    lo = hi + 1;
+  }
+  t.affine_lo = best_lo;
+  t.affine_hi = best_lo + best_len - 1;
+  t.affine_delta = t.entry[best_lo] - (best_lo << 23);
   return t;
 }
 
