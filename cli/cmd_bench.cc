@@ -1,5 +1,5 @@
 // `mxtrain bench quantize [--reps N] [--threads T] [--dtype f32|bf16] [--case KIND]
-//  [--shape MxK] [--simd TARGET]`, `mxtrain bench gemm [--reps N] [--threads T]
+//  [--shape MxK] [--simd TARGET] [--code-stores auto|cached|streaming]`, `mxtrain bench gemm [--reps N] [--threads T]
 //  [--case NAME] [--path NAME]` and `mxtrain bench --list`: JSON lines from the library's
 // benchmark tables (mxtrain/bench.h).
 #include <iostream>
@@ -20,6 +20,7 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: mxtrain bench quantize [--reps N] [--threads 1|2] [--dtype f32|bf16] "
+    "[--code-stores auto|cached|streaming] "
     "[--case rowwise|colwise|dual|grouped] [--shape MxK] [--simd TARGET]\n"
     "       mxtrain bench gemm [--reps N] [--threads T] [--case NAME] [--path PATH]\n"
     "       mxtrain bench ops [--reps N] [--threads T] [--case NAME] [--tokens T] [--hidden H]\n"
@@ -74,8 +75,17 @@ int RunQuantizeBench(const ParsedArgs& args) {
     m = ParseInt(s.substr(0, x), "--shape", 1, 1 << 20);
     k = ParseInt(s.substr(x + 1), "--shape", 1, 1 << 20);
   }
+  CodeStores stores = CodeStores::kAuto;
+  if (args.Has("code-stores")) {
+    const std::string v = args.Get("code-stores");
+    MXTRAIN_CHECK(v == "auto" || v == "cached" || v == "streaming",
+                  "--code-stores must be auto, cached or streaming, got '", v, "'");
+    stores = v == "cached" ? CodeStores::kCached
+                           : v == "streaming" ? CodeStores::kStreaming : CodeStores::kAuto;
+  }
   if (args.Has("simd")) ForceSimdTarget(args.Get("simd"));
   for (QuantizeBenchCase c : StandardQuantizeBenchCases()) {
+    c.code_stores = stores;
     if (threads > 0 && c.threads != threads) continue;
     if (args.Has("dtype") && Name(c.dtype) != args.Get("dtype")) continue;
     if (args.Has("case") && Name(c.kind) != args.Get("case")) continue;
@@ -90,7 +100,7 @@ int RunQuantizeBench(const ParsedArgs& args) {
 }
 
 int RunGemmBench(const ParsedArgs& args) {
-  for (const char* flag : {"dtype", "shape", "simd"}) {
+  for (const char* flag : {"dtype", "shape", "simd", "code-stores"}) {
     MXTRAIN_CHECK(!args.Has(flag), "--", flag, " is a flag of mxtrain bench quantize");
   }
   const int reps = static_cast<int>(ParseInt(args.Get("reps", "3"), "--reps", 1, 1000));
@@ -113,7 +123,7 @@ int RunGemmBench(const ParsedArgs& args) {
 }
 
 int RunOpsBench(const ParsedArgs& args) {
-  for (const char* flag : {"dtype", "shape", "simd", "path"}) {
+  for (const char* flag : {"dtype", "shape", "simd", "code-stores", "path"}) {
     MXTRAIN_CHECK(!args.Has(flag), "--", flag, " is not a flag of mxtrain bench ops");
   }
   const int reps = static_cast<int>(ParseInt(args.Get("reps", "3"), "--reps", 1, 1000));
@@ -157,8 +167,8 @@ int RunOpsBench(const ParsedArgs& args) {
 int RunBench(const std::vector<std::string>& argv) {
   const ParsedArgs args = ParsedArgs::Parse(
       argv, "mxtrain bench",
-      {{"reps"}, {"threads"}, {"dtype"}, {"case"}, {"shape"}, {"simd"}, {"path"}, {"tokens"},
-       {"hidden"}, {"list", false}});
+      {{"reps"}, {"threads"}, {"dtype"}, {"case"}, {"shape"}, {"simd"}, {"code-stores"},
+       {"path"}, {"tokens"}, {"hidden"}, {"list", false}});
   if (args.help()) {
     std::cout << kUsage << "\n";
     return 0;

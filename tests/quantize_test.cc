@@ -127,15 +127,28 @@ TEST(Golden, NumericsTableOnReferenceAndEveryTarget) {
 
 // --- Fast paths against the reference ---------------------------------------------------
 
+// The columnwise code stores the kernels can use (CodeStores): both are checked wherever
+// columnwise codes are, whatever kAuto picks on this machine.
+constexpr CodeStores kCodeStores[] = {CodeStores::kCached, CodeStores::kStreaming};
+
+QuantizeOptions WithStores(QuantizeOptions o, CodeStores stores) {
+  o.code_stores = stores;
+  return o;
+}
+
 void CheckAllPaths(const Tensor& x, const QuantizeOptions& o) {
   const std::string what = Describe(o, x);
   const MxTensor ref_row = ref::QuantizeRowwise(x, o);
   const MxTensor ref_col = ref::QuantizeColumnwise(x, o);
   ExpectSame(QuantizeRowwise(x, o), ref_row, "rowwise " + what);
-  ExpectSame(QuantizeColumnwise(x, o), ref_col, "columnwise " + what);
-  const DualMx dual = QuantizeDual(x, o);
-  ExpectSame(dual.rowwise, ref_row, "dual rowwise " + what);
-  ExpectSame(dual.columnwise, ref_col, "dual columnwise " + what);
+  for (CodeStores stores : kCodeStores) {
+    const QuantizeOptions os = WithStores(o, stores);
+    const std::string how = stores == CodeStores::kStreaming ? " streamed" : " cached";
+    ExpectSame(QuantizeColumnwise(x, os), ref_col, "columnwise " + what + how);
+    const DualMx dual = QuantizeDual(x, os);
+    ExpectSame(dual.rowwise, ref_row, "dual rowwise " + what + how);
+    ExpectSame(dual.columnwise, ref_col, "dual columnwise " + what + how);
+  }
 }
 
 TEST(FastPaths, ShapeSweepEveryTarget) {
@@ -233,6 +246,23 @@ TEST(FastPaths, TrainingLikeDataEveryTarget) {
                              9000, TrainingLike);
 }
 
+TEST(CodeStores, ExplicitChoicesHoldAndAutoStreamsOnlyLargeTensors) {
+  const Tensor small = Tensor::Empty(DType::kBF16, {256, 1024});
+  // Input and codes together at exactly the threshold (bf16: 3 bytes per element).
+  const Tensor large = Tensor::Empty(DType::kBF16, {kStreamCodesMinBytes / 3 / 1024 + 1, 1024});
+  for (const Tensor* x : {&small, &large}) {
+    EXPECT_FALSE(StreamsColumnwiseCodes(*x, WithStores({}, CodeStores::kCached)));
+    EXPECT_TRUE(StreamsColumnwiseCodes(*x, WithStores({}, CodeStores::kStreaming)));
+  }
+  EXPECT_FALSE(StreamsColumnwiseCodes(small, {}));
+  // kAuto on a large tensor follows the CPU: whichever it is, the bytes are the same.
+  const Tensor x = MakeBf16({2048, 4096}, EdgeMix(2048 * 4096, 31));
+  const MxTensor auto_q = QuantizeColumnwise(x, {});
+  ExpectSame(auto_q, QuantizeColumnwise(x, WithStores({}, CodeStores::kCached)), "auto vs cached");
+  ExpectSame(auto_q, QuantizeColumnwise(x, WithStores({}, CodeStores::kStreaming)),
+             "auto vs streamed");
+}
+
 TEST(FastPaths, EmptyTensors) {
   for (const Shape& shape : {Shape{0, 64}, Shape{64, 0}, Shape{0, 0}, Shape{3, 0, 5}}) {
     const Tensor x = Tensor::Empty(DType::kF32, shape);
@@ -291,8 +321,12 @@ TEST(ScaleTable, AffineRangeMatchesEntriesAndCoversTheNormalBinades) {
       EXPECT_LE(t.affine_lo, 27u) << Name(rule) << " " << Name(f);
       EXPECT_GE(t.affine_hi, 227u) << Name(rule) << " " << Name(f);
       // Just outside, the entry breaks the pattern (else the run would be longer).
-      if (t.affine_lo > 0) EXPECT_NE(t.entry[t.affine_lo - 1], ((t.affine_lo - 1) << 23) + t.affine_delta);
-      if (t.affine_hi < 255) EXPECT_NE(t.entry[t.affine_hi + 1], ((t.affine_hi + 1) << 23) + t.affine_delta);
+      if (t.affine_lo > 0) {
+        EXPECT_NE(t.entry[t.affine_lo - 1], ((t.affine_lo - 1) << 23) + t.affine_delta);
+      }
+      if (t.affine_hi < 255) {
+        EXPECT_NE(t.entry[t.affine_hi + 1], ((t.affine_hi + 1) << 23) + t.affine_delta);
+      }
     }
   }
 }
@@ -445,7 +479,7 @@ TEST(Grouped, FastAndDualEqualReferenceEveryTarget) {
   for (const std::string& target : AvailableSimdTargets()) {
     ScopedSimdTarget scoped(target);
     for (const auto& counts : GroupCounts()) {
-      for (int64_t k : {int64_t{7}, int64_t{64}, int64_t{129}}) {
+      for (int64_t k : {int64_t{7}, int64_t{64}, int64_t{129}, int64_t{320}}) {
         const std::vector<float> v = EdgeMix(100 * k, ++seed);
         for (GroupListType type : {GroupListType::kCounts, GroupListType::kCumsum}) {
           std::vector<int64_t> list = counts;
@@ -458,11 +492,15 @@ TEST(Grouped, FastAndDualEqualReferenceEveryTarget) {
             const std::string what =
                 StrCat("grouped ", groups.ToString(), " ", Describe(o, x), " seed ", seed);
             const MxTensor want = ref::QuantizeGrouped(x, groups, o);
-            ExpectSame(QuantizeGrouped(x, groups, o), want, what);
-            // The dual form (MoE forward / backward): both layouts from one pass.
-            const DualMx dual = QuantizeDualGrouped(x, groups, o);
-            ExpectSame(dual.columnwise, want, "dual " + what);
-            ExpectSame(dual.rowwise, ref::QuantizeRowwise(x, o), "dual rowwise " + what);
+            for (CodeStores stores : kCodeStores) {
+              const QuantizeOptions os = WithStores(o, stores);
+              const std::string how = stores == CodeStores::kStreaming ? " streamed" : " cached";
+              ExpectSame(QuantizeGrouped(x, groups, os), want, what + how);
+              // The dual form (MoE forward / backward): both layouts from one pass.
+              const DualMx dual = QuantizeDualGrouped(x, groups, os);
+              ExpectSame(dual.columnwise, want, "dual " + what + how);
+              ExpectSame(dual.rowwise, ref::QuantizeRowwise(x, o), "dual rowwise " + what + how);
+            }
           }
         }
       }

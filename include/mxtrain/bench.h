@@ -30,6 +30,7 @@ struct QuantizeBenchCase {
   int64_t m;
   int64_t k;
   int threads;
+  CodeStores code_stores = CodeStores::kAuto;  // QuantizeOptions::code_stores
 };
 
 // rowwise, colwise, dual and grouped x f32, bf16 x 4096x4096 and an L2-sized 256x1024 x 1
@@ -41,10 +42,14 @@ std::vector<QuantizeBenchCase> StandardQuantizeBenchCases();
 class QuantizeBench {
  public:
   explicit QuantizeBench(const QuantizeBenchCase& c);
-  // One call of the library function the case measures.
-  void RunKernel();
+  // One call of the library function the case measures; `other_stores`: with the opposite
+  // of the case's columnwise code stores (streaming where it caches, and back).
+  void RunKernel(bool other_stores = false);
+  // Whether the case's kernel streams its columnwise codes (StreamsColumnwiseCodes).
+  bool streams() const { return streams_; }
   // Reads every input byte and writes as many output bytes as the kernel writes, in
-  // 64 KiB pieces split over the same number of threads.
+  // 64 KiB pieces split over the same number of threads; with non-temporal stores when the
+  // kernel streams its codes, so that the ratio stays one against the same memory traffic.
   void RunBaseline();
   int64_t input_bytes() const { return input_.NumBytes(); }
   int64_t output_bytes() const { return output_bytes_; }
@@ -54,6 +59,7 @@ class QuantizeBench {
   Tensor input_;
   GroupList groups_;
   int64_t output_bytes_ = 0;
+  bool streams_ = false;
   Tensor baseline_out_;
   uint64_t sink_ = 0;
 };
@@ -66,12 +72,17 @@ struct QuantizeBenchResult {
   double baseline_ms;  // median wall time of the baseline
   double baseline_gbps;
   double ratio;  // gbps / baseline_gbps
+  bool streams;  // the kernel streamed its columnwise codes (and the baseline its output)
+  // Median of the kernel with the other code stores (QuantizeBench::RunKernel(true)), timed
+  // in the same loop; absent for rowwise, which has no columnwise codes.
+  std::optional<double> other_stores_ms;
 };
 
 // Warms up, then alternates kernel and baseline `reps` times each; medians.
 QuantizeBenchResult MeasureQuantizeBench(const QuantizeBenchCase& c, int reps);
 // One JSON line: {"case", "dtype", "shape", "threads", "ms", "gbps", "baseline_gbps",
-// "ratio", "baseline_ms", "target"}.
+// "ratio", "baseline_ms", "target", "code_stores": "cached"|"streaming", and but for rowwise
+// "other_stores_ms"}.
 std::string ToJson(const QuantizeBenchResult& r);
 
 // --- GEMM ------------------------------------------------------------------------------

@@ -18,17 +18,35 @@
 
 namespace mxtrain {
 
+// How the columnwise codes (columnwise, grouped and the columnwise half of dual) are
+// written; the bytes are the same either way. Non-temporal stores skip reading every
+// output line before writing it and keep the codes out of the caches: right for a tensor
+// far larger than the caches whose codes are read much later (a saved activation), wrong
+// for one a GEMM reads next from L2. kAuto streams on CPUs where it was measured to pay
+// (AMD Zen 4) once input and codes together reach kStreamCodesMinBytes: on Zen 4 streaming
+// lost below ~2 MiB and won 1.2-1.4x from 6 MiB up, with nothing reading the codes; the
+// threshold sits above that so that codes a consumer could still find in L3 stay cached
+// (docs/decisions.md, "Streamed columnwise codes").
+enum class CodeStores { kAuto, kCached, kStreaming };
+inline constexpr int64_t kStreamCodesMinBytes = int64_t{8} << 20;
+
 struct QuantizeOptions {
   ElementFormat format = ElementFormat::kE4M3;
   ScaleRule rule = ScaleRule::kRceil;
   int threads = 0;  // 0: OpenMP's default (all cores)
   MemoryCategory category = MemoryCategory::kQuantized;  // where the outputs are counted
+  CodeStores code_stores = CodeStores::kAuto;
 };
 
 struct DualMx {
   MxTensor rowwise;
   MxTensor columnwise;
 };
+
+// Whether a columnwise, grouped or dual quantization of x with these options writes its
+// columnwise codes with non-temporal stores (CodeStores; kStreaming still falls back to
+// ordinary stores for rows that are not 64-byte aligned).
+bool StreamsColumnwiseCodes(const Tensor& x, const QuantizeOptions& options);
 
 MxTensor QuantizeRowwise(const Tensor& x, const QuantizeOptions& options);
 MxTensor QuantizeColumnwise(const Tensor& x, const QuantizeOptions& options);

@@ -1,5 +1,6 @@
 #include "mxtrain/bench.h"
 
+#include <emmintrin.h>
 #include <omp.h>
 
 #include <algorithm>
@@ -73,6 +74,19 @@ int64_t OutputBytes(const QuantizeBenchCase& c, const GroupList& groups) {
 }
 
 
+// memcpy with 16-byte non-temporal stores (the ends that are not 16-byte aligned by
+// memcpy); the caller fences.
+void StreamCopy(uint8_t* dst, const uint8_t* src, int64_t n) {
+  const int64_t head = std::min<int64_t>(n, (16 - reinterpret_cast<uintptr_t>(dst) % 16) % 16);
+  std::memcpy(dst, src, static_cast<size_t>(head));
+  int64_t i = head;
+  for (; i + 16 <= n; i += 16) {
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i),
+                     _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i)));
+  }
+  std::memcpy(dst + i, src + i, static_cast<size_t>(n - i));
+}
+
 }  // namespace
 
 QuantizeBench::QuantizeBench(const QuantizeBenchCase& c) : case_(c) {
@@ -91,10 +105,15 @@ QuantizeBench::QuantizeBench(const QuantizeBenchCase& c) : case_(c) {
   }
   groups_ = BenchGroups(c.m);
   output_bytes_ = OutputBytes(c, groups_);
+  QuantizeOptions o;
+  o.code_stores = c.code_stores;
+  streams_ = c.kind != QuantizeKind::kRowwise && StreamsColumnwiseCodes(input_, o);
 }
 
-void QuantizeBench::RunKernel() {
-  const QuantizeOptions o{ElementFormat::kE4M3, ScaleRule::kRceil, case_.threads};
+void QuantizeBench::RunKernel(bool other_stores) {
+  QuantizeOptions o{ElementFormat::kE4M3, ScaleRule::kRceil, case_.threads};
+  o.code_stores = case_.code_stores;
+  if (other_stores) o.code_stores = streams_ ? CodeStores::kCached : CodeStores::kStreaming;
   switch (case_.kind) {
     case QuantizeKind::kRowwise: QuantizeRowwise(input_, o); break;
     case QuantizeKind::kColwise: QuantizeColumnwise(input_, o); break;
@@ -127,9 +146,15 @@ void QuantizeBench::RunBaseline() {
     const int64_t out_begin = output_bytes_ * begin / in_bytes;
     const int64_t out_end = output_bytes_ * (begin + len) / in_bytes;
     for (int64_t o = out_begin; o < out_end; o += len) {
-      std::memcpy(dst + o, in + begin, static_cast<size_t>(std::min(len, out_end - o)));
+      const int64_t n = std::min(len, out_end - o);
+      if (streams_) {
+        StreamCopy(dst + o, in + begin, n);
+      } else {
+        std::memcpy(dst + o, in + begin, static_cast<size_t>(n));
+      }
     }
   }
+  if (streams_) _mm_sfence();
   sink_ ^= sink;
 }
 
@@ -145,10 +170,13 @@ QuantizeBenchResult MeasureQuantizeBench(const QuantizeBenchCase& c, int reps) {
     bench.RunKernel();
     bench.RunBaseline();
   }
-  std::vector<double> kernel_ms, baseline_ms;
+  const bool other = c.kind != QuantizeKind::kRowwise;
+  if (other) bench.RunKernel(/*other_stores=*/true);
+  std::vector<double> kernel_ms, baseline_ms, other_ms;
   for (int i = 0; i < std::max(reps, 1); ++i) {
     kernel_ms.push_back(time_ms([&] { bench.RunKernel(); }));
     baseline_ms.push_back(time_ms([&] { bench.RunBaseline(); }));
+    if (other) other_ms.push_back(time_ms([&] { bench.RunKernel(/*other_stores=*/true); }));
   }
   QuantizeBenchResult r;
   r.c = c;
@@ -159,6 +187,8 @@ QuantizeBenchResult MeasureQuantizeBench(const QuantizeBenchCase& c, int reps) {
   r.gbps = bytes / (r.ms * 1e6);
   r.baseline_gbps = bytes / (r.baseline_ms * 1e6);
   r.ratio = r.gbps / r.baseline_gbps;
+  r.streams = bench.streams();
+  if (other) r.other_stores_ms = Median(other_ms);
   return r;
 }
 
@@ -170,7 +200,10 @@ std::string ToJson(const QuantizeBenchResult& r) {
      << "\", \"shape\": [" << r.c.m << ", " << r.c.k << "], \"threads\": " << r.c.threads
      << ", \"ms\": " << r.ms << ", \"gbps\": " << r.gbps << ", \"baseline_gbps\": "
      << r.baseline_gbps << ", \"ratio\": " << r.ratio << ", \"baseline_ms\": " << r.baseline_ms
-     << ", \"target\": \"" << r.target << "\"}";
+     << ", \"target\": \"" << r.target << "\", \"code_stores\": \""
+     << (r.streams ? "streaming" : "cached") << "\"";
+  if (r.other_stores_ms) os << ", \"other_stores_ms\": " << *r.other_stores_ms;
+  os << "}";
   return os.str();
 }
 

@@ -42,6 +42,9 @@ struct ColStrip {
 struct ColwiseOut {
   uint8_t* data;    // [rows, cols]
   uint8_t* scales;  // [scale_rows, cols]
+  // Write the codes with non-temporal stores where a strip's rows are 64-byte aligned
+  // (StreamColumnwiseCodes in quantize.cc decides; the bytes are the same either way).
+  bool stream = false;
 };
 
 struct QuantKernels {

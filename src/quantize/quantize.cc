@@ -10,6 +10,7 @@
 #include "mxtrain/error.h"
 #include "quantize/kernels.h"
 #include "quantize/scale_table.h"
+#include "simd_internal.h"
 
 namespace mxtrain {
 namespace {
@@ -116,7 +117,8 @@ MxTensor MakeColumnwise(const Tensor& x, const QuantizeOptions& options,
   MxBuffers col(x, BlockAxis::kColumnwise, groups, options);
   const QuantKernels& k = internal::CurrentQuantKernels();
   const int threads = ThreadCount(options);
-  const ColwiseOut out{col.data.data<uint8_t>(), col.scales.data<uint8_t>()};
+  const ColwiseOut out{col.data.data<uint8_t>(), col.scales.data<uint8_t>(),
+                       StreamsColumnwiseCodes(x, options)};
   ForEachStrip(MakeStrips(segments, src.cols, threads), threads,
                [&](const ColStrip& s, void* ws) { k.colwise(src, s, out, ws); });
   return std::move(col).Finish(BlockAxis::kColumnwise, options, std::move(groups));
@@ -132,7 +134,8 @@ DualMx MakeDual(const Tensor& x, const QuantizeOptions& options, const GroupList
   const QuantKernels& k = internal::CurrentQuantKernels();
   const int threads = ThreadCount(options);
   const RowwiseOut row_out{row.data.data<uint8_t>(), row.scales.data<uint8_t>()};
-  const ColwiseOut col_out{col.data.data<uint8_t>(), col.scales.data<uint8_t>()};
+  const ColwiseOut col_out{col.data.data<uint8_t>(), col.scales.data<uint8_t>(),
+                           StreamsColumnwiseCodes(x, options)};
   ForEachStrip(MakeStrips(segments, src.cols, threads), threads,
                [&](const ColStrip& s, void* ws) { k.dual(src, s, row_out, col_out, ws); });
   return DualMx{std::move(row).Finish(BlockAxis::kRowwise, options),
@@ -147,6 +150,16 @@ void CheckGroupedInput(const Tensor& x, const GroupList& groups, const char* op)
 }
 
 }  // namespace
+
+bool StreamsColumnwiseCodes(const Tensor& x, const QuantizeOptions& options) {
+  switch (options.code_stores) {
+    case CodeStores::kCached: return false;
+    case CodeStores::kStreaming: return true;
+    case CodeStores::kAuto: break;
+  }
+  const int64_t bytes = x.NumElements() * static_cast<int64_t>(DTypeSize(x.dtype()) + 1);
+  return bytes >= kStreamCodesMinBytes && internal::StreamingStoresPay();
+}
 
 MxTensor QuantizeRowwise(const Tensor& x, const QuantizeOptions& options) {
   const QuantSource src = SourceOf(x, options, "rowwise quantize");

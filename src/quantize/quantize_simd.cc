@@ -513,22 +513,38 @@ HWY_INLINE __m512i PickBytes(__m512i a, __m512i b, const ByteTable& table) {
 }
 #endif
 
-// StoreCodes16 of a then b, to 2 * Lanes(D16()) consecutive bytes.
+// StoreCodes16 of a then b, to 2 * Lanes(D16()) consecutive bytes. kStream: non-temporal
+// stores, `out` aligned to 2 * Lanes(D16()) bytes (the caller issues hwy::FlushStream
+// before the bytes are read elsewhere).
+template <bool kStream = false>
 HWY_INLINE void StoreCodes16x2(V16 a, V16 b, uint8_t* out) {
+#if HWY_TARGET <= HWY_AVX3
 #if HWY_TARGET <= HWY_AVX3_DL
   // The high bytes of both.
   static constexpr ByteTable kOdd = MakeByteTable([](int i) { return 2 * i + 1; });
-  _mm512_storeu_si512(out, PickBytes(a.raw, b.raw, kOdd));
-#elif HWY_TARGET <= HWY_AVX3
+  const __m512i codes = PickBytes(a.raw, b.raw, kOdd);
+#else
   // vpackuswb interleaves the 128-bit blocks (a0 b0 a1 b1 ...; codes fit a byte unsigned);
   // vpermq puts a's four quarters first.
   const __m512i packed =
       _mm512_packus_epi16(hn::ShiftRight<8>(a).raw, hn::ShiftRight<8>(b).raw);
-  const __m512i order = _mm512_set_epi64(7, 5, 3, 1, 6, 4, 2, 0);
-  _mm512_storeu_si512(out, _mm512_permutexvar_epi64(order, packed));
+  const __m512i codes = _mm512_permutexvar_epi64(_mm512_set_epi64(7, 5, 3, 1, 6, 4, 2, 0), packed);
+#endif
+  if constexpr (kStream) {
+    _mm512_stream_si512(reinterpret_cast<__m512i*>(out), codes);
+  } else {
+    _mm512_storeu_si512(out, codes);
+  }
 #else
-  StoreCodes16(a, out);
-  StoreCodes16(b, out + hn::Lanes(D16()));
+  if constexpr (kStream) {
+    // The high bytes of both as one full vector of bytes (a stream of a half vector is not
+    // a half-vector store on every target).
+    const hn::Repartition<uint8_t, D16> d8;
+    hn::Stream(hn::ConcatOdd(d8, hn::BitCast(d8, b), hn::BitCast(d8, a)), d8, out);
+  } else {
+    StoreCodes16(a, out);
+    StoreCodes16(b, out + hn::Lanes(D16()));
+  }
 #endif
 }
 
@@ -758,7 +774,7 @@ HWY_INLINE void AccumulateColumnAmax16(const QuantSource& src, int64_t row, int6
 
 // Columnwise pass 2 in 16-bit lanes (no NaN column in the strip): per-column subtrahends
 // and thresholds (Enc16), and the scale bytes for the exact path. kSaturate as for Encode16.
-template <bool kBf16, ElementFormat kFormat, bool kSaturate>
+template <bool kBf16, ElementFormat kFormat, bool kSaturate, bool kStream>
 void EncodeColumnStrip16(const QuantSource& src, const ColStrip& strip, ColwiseOut out,
                          const uint8_t* scales, const uint16_t* sub, const uint16_t* slow_below,
                          NextStripPrefetch& next_strip) {
@@ -801,7 +817,7 @@ void EncodeColumnStrip16(const QuantSource& src, const ColStrip& strip, ColwiseO
       for (int64_t i = 0; i < kGroup; i += 2) {  // pairs share one pack (StoreCodes16x2)
         const int64_t at = c + i * n;
         const V16 first = encode(at, group_fast);
-        StoreCodes16x2(first, encode(at + n, group_fast), data + at);
+        StoreCodes16x2<kStream>(first, encode(at + n, group_fast), data + at);
       }
       if (HWY_UNLIKELY(AnySlow16(group_fast))) {
         if (num_flagged < kMaxFlagged) {
@@ -841,6 +857,9 @@ void EncodeColumnStrip16(const QuantSource& src, const ColStrip& strip, ColwiseO
                               LoadScalar<kBf16>(x, base + c) * E8M0InverseScale(scales[c - col0]));
     }
   }
+  // The streamed codes reach memory before the strip is reported done (and the redos'
+  // ordinary stores above went after them to the same lines, in program order).
+  if constexpr (kStream) hwy::FlushStream();
   next_strip = ahead;
 }
 #endif  // HWY_TARGET != HWY_SCALAR
@@ -1004,8 +1023,18 @@ void FinishColumnStrip(const QuantSource& src, const ColStrip& strip, ColwiseOut
     return;
   }
 #if HWY_TARGET != HWY_SCALAR
-  EncodeColumnStrip16<kBf16, kFormat, kSaturate>(src, strip, out, scales, ws.sub, ws.slow_below,
-                                                 ahead);
+  // The groups of the row loop start at col0 + a multiple of 2 * Lanes(D16()) bytes' worth
+  // of codes, so rows whose first column is aligned to that are aligned throughout.
+  const auto align = static_cast<uintptr_t>(2 * hn::Lanes(D16()));
+  const bool aligned = src.cols % static_cast<int64_t>(align) == 0 &&
+                       reinterpret_cast<uintptr_t>(out.data + strip.col0) % align == 0;
+  if (out.stream && aligned) {
+    EncodeColumnStrip16<kBf16, kFormat, kSaturate, true>(src, strip, out, scales, ws.sub,
+                                                         ws.slow_below, ahead);
+  } else {
+    EncodeColumnStrip16<kBf16, kFormat, kSaturate, false>(src, strip, out, scales, ws.sub,
+                                                          ws.slow_below, ahead);
+  }
 #endif
 }
 
