@@ -479,7 +479,7 @@ TEST(Grouped, FastAndDualEqualReferenceEveryTarget) {
   for (const std::string& target : AvailableSimdTargets()) {
     ScopedSimdTarget scoped(target);
     for (const auto& counts : GroupCounts()) {
-      for (int64_t k : {int64_t{7}, int64_t{64}, int64_t{129}, int64_t{320}}) {
+      for (int64_t k : {int64_t{7}, int64_t{64}, int64_t{129}, int64_t{320}, int64_t{2100}}) {
         const std::vector<float> v = EdgeMix(100 * k, ++seed);
         for (GroupListType type : {GroupListType::kCounts, GroupListType::kCumsum}) {
           std::vector<int64_t> list = counts;

@@ -24,6 +24,12 @@ using internal::RowwiseOut;
 // Columns per work item when a strip is split across threads: a multiple of the block (the
 // dual kernel quantizes whole row blocks) and of every vector width.
 constexpr int64_t kColumnChunkQuantum = 64;
+// The most input bytes of one columnwise strip: with the next strip prefetched, two strips
+// then take half of a 1 MiB L2 (Zen 4; 2 MiB on Sapphire Rapids). fp32 4096 x 4096 has
+// 512 KiB strips, and cutting them in two columns pieces took colwise, 2 threads on Zen 4,
+// from 2.82-3.04 to 2.33-2.71 ms (docs/decisions.md). The dual kernel keeps whole rows: cut,
+// it lost (3.84 -> 4.61 ms; one thread 7.2 -> 10.7).
+constexpr int64_t kMaxStripBytes = 256 << 10;
 
 QuantSource SourceOf(const Tensor& x, const QuantizeOptions& options, const char* op) {
   MXTRAIN_CHECK(x.defined(), op, ": input tensor is undefined");
@@ -44,15 +50,32 @@ int ThreadCount(const QuantizeOptions& options) {
 
 // Columnwise blocks of a [rows, cols] source split into segments (groups, or the leading
 // batch index of [..., M, K]): one strip per 32 rows of a segment, then split by columns
-// when there are too few strips to keep every thread busy.
-std::vector<ColStrip> MakeStrips(const GroupList& segments, int64_t cols, int threads) {
+// when there are too few strips to keep every thread busy. max_strip_bytes > 0: strips of more input bytes than that are cut into column pieces
+// first, each piece's strips in row order (the order NextStripPrefetch assumes), so that a
+// strip and the next one it prefetches fit in L2 together.
+std::vector<ColStrip> MakeStrips(const GroupList& segments, int64_t cols, int64_t elem_bytes,
+                                 int threads, int64_t max_strip_bytes) {
   std::vector<ColStrip> strips;
-  for (int g = 0; g < segments.num_groups(); ++g) {
-    int64_t scale_row = segments.ScaleRowBegin(g);
-    for (int64_t r = segments.begin(g); r < segments.end(g); r += kMxBlock) {
-      strips.push_back({r, std::min(kMxBlock, segments.end(g) - r), scale_row++, 0, cols});
+  const int64_t max_width =
+      max_strip_bytes <= 0
+          ? std::max<int64_t>(cols, 1)
+          : std::max<int64_t>(kColumnChunkQuantum, max_strip_bytes / (kMxBlock * elem_bytes) /
+                                                       kColumnChunkQuantum * kColumnChunkQuantum);
+  const int64_t pieces0 = cols > max_width ? CeilDiv(cols, max_width) : 1;
+  const int64_t width0 =
+      pieces0 == 1 ? cols : CeilDiv(CeilDiv(cols, pieces0), kColumnChunkQuantum) * kColumnChunkQuantum;
+  for (int64_t p = 0; p < pieces0; ++p) {
+    const int64_t c0 = p * width0;
+    if (p > 0 && c0 >= cols) break;
+    const int64_t c1 = std::min(cols, c0 + width0);
+    for (int g = 0; g < segments.num_groups(); ++g) {
+      int64_t scale_row = segments.ScaleRowBegin(g);
+      for (int64_t r = segments.begin(g); r < segments.end(g); r += kMxBlock) {
+        strips.push_back({r, std::min(kMxBlock, segments.end(g) - r), scale_row++, c0, c1});
+      }
     }
   }
+  if (pieces0 > 1) return strips;
   const int64_t wanted = 4 * static_cast<int64_t>(threads);
   const int64_t have = static_cast<int64_t>(strips.size());
   if (have == 0 || have >= wanted || cols <= kColumnChunkQuantum) return strips;
@@ -119,7 +142,8 @@ MxTensor MakeColumnwise(const Tensor& x, const QuantizeOptions& options,
   const int threads = ThreadCount(options);
   const ColwiseOut out{col.data.data<uint8_t>(), col.scales.data<uint8_t>(),
                        StreamsColumnwiseCodes(x, options)};
-  ForEachStrip(MakeStrips(segments, src.cols, threads), threads,
+  ForEachStrip(MakeStrips(segments, src.cols, src.bf16 ? 2 : 4, threads, kMaxStripBytes),
+               threads,
                [&](const ColStrip& s, void* ws) { k.colwise(src, s, out, ws); });
   return std::move(col).Finish(BlockAxis::kColumnwise, options, std::move(groups));
 }
@@ -136,7 +160,8 @@ DualMx MakeDual(const Tensor& x, const QuantizeOptions& options, const GroupList
   const RowwiseOut row_out{row.data.data<uint8_t>(), row.scales.data<uint8_t>()};
   const ColwiseOut col_out{col.data.data<uint8_t>(), col.scales.data<uint8_t>(),
                            StreamsColumnwiseCodes(x, options)};
-  ForEachStrip(MakeStrips(segments, src.cols, threads), threads,
+  ForEachStrip(MakeStrips(segments, src.cols, src.bf16 ? 2 : 4, threads, /*max_strip_bytes=*/0),
+               threads,
                [&](const ColStrip& s, void* ws) { k.dual(src, s, row_out, col_out, ws); });
   return DualMx{std::move(row).Finish(BlockAxis::kRowwise, options),
                 std::move(col).Finish(BlockAxis::kColumnwise, options, std::move(groups))};
