@@ -1,6 +1,7 @@
 #include "mxtrain/simd.h"
 
 #include <cpuid.h>
+#include <unistd.h>
 #include <hwy/targets.h>
 
 #include <algorithm>
@@ -47,6 +48,14 @@ bool StreamingStoresPay() {
     return std::memcmp(vendor, "AuthenticAMD", 12) == 0;
   }();
   return amd;
+}
+
+int64_t L2CacheBytes() {
+  static const int64_t bytes = [] {
+    const long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+    return l2 > 0 ? static_cast<int64_t>(l2) : int64_t{1} << 20;
+  }();
+  return bytes;
 }
 }  // namespace internal
 

@@ -2,6 +2,8 @@
 // HWY_DYNAMIC_DISPATCH can be resolved once, outside parallel regions.
 #pragma once
 
+#include <cstdint>
+
 namespace mxtrain::internal {
 
 void EnsureSimdTargetChosen();
@@ -10,5 +12,8 @@ void EnsureSimdTargetChosen();
 // on AMD Zen 4 (columnwise bf16 4096 x 4096, 2 threads: 1.50 -> 1.11 ms), not on the Intel
 // Xeon (Sapphire Rapids: 1.07-1.15 -> 1.20-1.22 ms); so true on AMD CPUs only.
 bool StreamingStoresPay();
+
+// The L2 cache of one core in bytes (sysconf), or 1 MiB where the system does not say.
+int64_t L2CacheBytes();
 
 }  // namespace mxtrain::internal

@@ -24,12 +24,13 @@ using internal::RowwiseOut;
 // Columns per work item when a strip is split across threads: a multiple of the block (the
 // dual kernel quantizes whole row blocks) and of every vector width.
 constexpr int64_t kColumnChunkQuantum = 64;
-// The most input bytes of one columnwise strip: with the next strip prefetched, two strips
-// then take half of a 1 MiB L2 (Zen 4; 2 MiB on Sapphire Rapids). fp32 4096 x 4096 has
-// 512 KiB strips, and cutting them in two columns pieces took colwise, 2 threads on Zen 4,
-// from 2.82-3.04 to 2.33-2.71 ms (docs/decisions.md). The dual kernel keeps whole rows: cut,
-// it lost (3.84 -> 4.61 ms; one thread 7.2 -> 10.7).
-constexpr int64_t kMaxStripBytes = 256 << 10;
+// The most input bytes of one columnwise strip: a quarter of the L2, so that a strip and
+// the next one it prefetches take half of it. On Zen 4 (1 MiB L2) fp32 4096 x 4096 had
+// 512 KiB strips, and cutting them in two column pieces took colwise, 2 threads, from
+// 2.82-3.04 to 2.33-2.71 ms; an eighth of L2 was worse (docs/decisions.md). Sapphire
+// Rapids' 2 MiB L2 keeps those strips whole. The dual kernel keeps whole rows: cut, it
+// lost (3.84 -> 4.61 ms; one thread 7.2 -> 10.7).
+int64_t MaxStripBytes() { return internal::L2CacheBytes() / 4; }
 
 QuantSource SourceOf(const Tensor& x, const QuantizeOptions& options, const char* op) {
   MXTRAIN_CHECK(x.defined(), op, ": input tensor is undefined");
@@ -142,7 +143,7 @@ MxTensor MakeColumnwise(const Tensor& x, const QuantizeOptions& options,
   const int threads = ThreadCount(options);
   const ColwiseOut out{col.data.data<uint8_t>(), col.scales.data<uint8_t>(),
                        StreamsColumnwiseCodes(x, options)};
-  ForEachStrip(MakeStrips(segments, src.cols, src.bf16 ? 2 : 4, threads, kMaxStripBytes),
+  ForEachStrip(MakeStrips(segments, src.cols, src.bf16 ? 2 : 4, threads, MaxStripBytes()),
                threads,
                [&](const ColStrip& s, void* ws) { k.colwise(src, s, out, ws); });
   return std::move(col).Finish(BlockAxis::kColumnwise, options, std::move(groups));
