@@ -1,7 +1,7 @@
 // `mxtrain bench quantize [--reps N] [--threads T] [--dtype f32|bf16] [--case KIND]
-//  [--shape MxK] [--simd TARGET] [--code-stores auto|cached|streaming]`, `mxtrain bench gemm [--reps N] [--threads T]
-//  [--case NAME] [--path NAME]` and `mxtrain bench --list`: JSON lines from the library's
-// benchmark tables (mxtrain/bench.h).
+//  [--shape MxK] [--simd TARGET] [--code-stores auto|cached|streaming]`,
+//  `mxtrain bench gemm [--reps N] [--threads T] [--case NAME] [--path NAME]` and
+//  `mxtrain bench --list`: JSON lines from the library's benchmark tables (mxtrain/bench.h).
 #include <iostream>
 #include <string>
 #include <vector>
@@ -75,14 +75,7 @@ int RunQuantizeBench(const ParsedArgs& args) {
     m = ParseInt(s.substr(0, x), "--shape", 1, 1 << 20);
     k = ParseInt(s.substr(x + 1), "--shape", 1, 1 << 20);
   }
-  CodeStores stores = CodeStores::kAuto;
-  if (args.Has("code-stores")) {
-    const std::string v = args.Get("code-stores");
-    MXTRAIN_CHECK(v == "auto" || v == "cached" || v == "streaming",
-                  "--code-stores must be auto, cached or streaming, got '", v, "'");
-    stores = v == "cached" ? CodeStores::kCached
-                           : v == "streaming" ? CodeStores::kStreaming : CodeStores::kAuto;
-  }
+  const CodeStores stores = ParseCodeStores(args.Get("code-stores", "auto"));
   if (args.Has("simd")) ForceSimdTarget(args.Get("simd"));
   for (QuantizeBenchCase c : StandardQuantizeBenchCases()) {
     c.code_stores = stores;

@@ -246,6 +246,14 @@ TEST(FastPaths, TrainingLikeDataEveryTarget) {
                              9000, TrainingLike);
 }
 
+TEST(CodeStores, NamesRoundTripAndUnknownNamesRaise) {
+  for (CodeStores c : {CodeStores::kAuto, CodeStores::kCached, CodeStores::kStreaming}) {
+    EXPECT_EQ(ParseCodeStores(Name(c)), c);
+  }
+  EXPECT_EQ(Name(CodeStores::kStreaming), "streaming");
+  EXPECT_THROW(ParseCodeStores("nontemporal"), Error);
+}
+
 TEST(CodeStores, ExplicitChoicesHoldAndAutoStreamsOnlyLargeTensors) {
   const Tensor small = Tensor::Empty(DType::kBF16, {256, 1024});
   // Input and codes together at exactly the threshold (bf16: 3 bytes per element).

@@ -12,6 +12,8 @@
 //   Tensor y = Dequantize(xr, DType::kF32);
 #pragma once
 
+#include <string_view>
+
 #include "mxtrain/group_list.h"
 #include "mxtrain/mx_tensor.h"
 #include "mxtrain/tensor.h"
@@ -29,6 +31,9 @@ namespace mxtrain {
 // (docs/decisions.md, "Streamed columnwise codes").
 enum class CodeStores { kAuto, kCached, kStreaming };
 inline constexpr int64_t kStreamCodesMinBytes = int64_t{8} << 20;
+std::string_view Name(CodeStores stores);  // "auto" | "cached" | "streaming"
+// Parse a name; throws Error naming the value and the accepted ones.
+CodeStores ParseCodeStores(std::string_view name);
 
 struct QuantizeOptions {
   ElementFormat format = ElementFormat::kE4M3;

@@ -201,7 +201,7 @@ std::string ToJson(const QuantizeBenchResult& r) {
      << ", \"ms\": " << r.ms << ", \"gbps\": " << r.gbps << ", \"baseline_gbps\": "
      << r.baseline_gbps << ", \"ratio\": " << r.ratio << ", \"baseline_ms\": " << r.baseline_ms
      << ", \"target\": \"" << r.target << "\", \"code_stores\": \""
-     << (r.streams ? "streaming" : "cached") << "\"";
+     << Name(r.streams ? CodeStores::kStreaming : CodeStores::kCached) << "\"";
   if (r.other_stores_ms) os << ", \"other_stores_ms\": " << *r.other_stores_ms;
   os << "}";
   return os.str();

@@ -43,7 +43,7 @@ struct ColwiseOut {
   uint8_t* data;    // [rows, cols]
   uint8_t* scales;  // [scale_rows, cols]
   // Write the codes with non-temporal stores where a strip's rows are 64-byte aligned
-  // (StreamColumnwiseCodes in quantize.cc decides; the bytes are the same either way).
+  // (StreamsColumnwiseCodes, quantize.h, decides; the bytes are the same either way).
   bool stream = false;
 };
 

@@ -51,23 +51,27 @@ int ThreadCount(const QuantizeOptions& options) {
 
 // Columnwise blocks of a [rows, cols] source split into segments (groups, or the leading
 // batch index of [..., M, K]): one strip per 32 rows of a segment, then split by columns
-// when there are too few strips to keep every thread busy. max_strip_bytes > 0: strips of more input bytes than that are cut into column pieces
-// first, each piece's strips in row order (the order NextStripPrefetch assumes), so that a
-// strip and the next one it prefetches fit in L2 together.
+// when there are too few strips to keep every thread busy. With max_strip_bytes > 0,
+// strips of more input bytes than that are first cut into column pieces, each piece's
+// strips in row order (the order NextStripPrefetch assumes), so that a strip and the next
+// one it prefetches fit in L2 together.
 std::vector<ColStrip> MakeStrips(const GroupList& segments, int64_t cols, int64_t elem_bytes,
                                  int threads, int64_t max_strip_bytes) {
+  // Column pieces: one of all the columns, or as few as keep each within max_strip_bytes.
+  // (pieces0 - 1) * width0 < cols, as width0 <= max_width, so none of them is empty.
+  int64_t pieces0 = 1, width0 = cols;
+  if (max_strip_bytes > 0) {
+    const int64_t max_width =
+        std::max(kColumnChunkQuantum, max_strip_bytes / (kMxBlock * elem_bytes) /
+                                          kColumnChunkQuantum * kColumnChunkQuantum);
+    if (cols > max_width) {
+      pieces0 = CeilDiv(cols, max_width);
+      width0 = CeilDiv(CeilDiv(cols, pieces0), kColumnChunkQuantum) * kColumnChunkQuantum;
+    }
+  }
   std::vector<ColStrip> strips;
-  const int64_t max_width =
-      max_strip_bytes <= 0
-          ? std::max<int64_t>(cols, 1)
-          : std::max<int64_t>(kColumnChunkQuantum, max_strip_bytes / (kMxBlock * elem_bytes) /
-                                                       kColumnChunkQuantum * kColumnChunkQuantum);
-  const int64_t pieces0 = cols > max_width ? CeilDiv(cols, max_width) : 1;
-  const int64_t width0 =
-      pieces0 == 1 ? cols : CeilDiv(CeilDiv(cols, pieces0), kColumnChunkQuantum) * kColumnChunkQuantum;
   for (int64_t p = 0; p < pieces0; ++p) {
     const int64_t c0 = p * width0;
-    if (p > 0 && c0 >= cols) break;
     const int64_t c1 = std::min(cols, c0 + width0);
     for (int g = 0; g < segments.num_groups(); ++g) {
       int64_t scale_row = segments.ScaleRowBegin(g);
@@ -176,6 +180,22 @@ void CheckGroupedInput(const Tensor& x, const GroupList& groups, const char* op)
 }
 
 }  // namespace
+
+std::string_view Name(CodeStores stores) {
+  switch (stores) {
+    case CodeStores::kAuto: return "auto";
+    case CodeStores::kCached: return "cached";
+    case CodeStores::kStreaming: return "streaming";
+  }
+  return "?";
+}
+
+CodeStores ParseCodeStores(std::string_view name) {
+  if (name == "auto") return CodeStores::kAuto;
+  if (name == "cached") return CodeStores::kCached;
+  if (name == "streaming") return CodeStores::kStreaming;
+  Fail("unknown code stores '", name, "' (expected auto, cached or streaming)");
+}
 
 bool StreamsColumnwiseCodes(const Tensor& x, const QuantizeOptions& options) {
   switch (options.code_stores) {
