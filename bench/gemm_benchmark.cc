@@ -1,8 +1,9 @@
 // Google Benchmark front end for the GEMM cases of mxtrain/bench.h: each case is registered
 // as an MX row and, when mxtrain was built with oneDNN, a oneDNN row of the same shape, with
-// a FLOP/s counter; grouped cases add a dense row (the dense MX GEMM of equal flops); one
-// more row runs the AMX peak loop. Compare the rows' flops counters for the ratio, the
-// peak fraction and vs_dense that `mxtrain bench gemm` prints.
+// a FLOP/s counter; grouped cases add a dense row (the dense MX GEMM of equal flops); two
+// more rows run the AMX peak loop and the peak loop of the GEMM path that runs (AMX,
+// VDPBF16PS or fp32 FMA). Compare the rows' flops counters for the ratio, the peak fraction
+// and vs_dense that `mxtrain bench gemm` prints.
 #include <benchmark/benchmark.h>
 #include <omp.h>
 
@@ -10,6 +11,7 @@
 #include <string>
 
 #include "mxtrain/bench.h"
+#include "mxtrain/gemm.h"
 
 namespace {
 
@@ -50,24 +52,29 @@ void Register(const mxtrain::GemmBenchCase& c, Row row) {
       ->Unit(benchmark::kMillisecond);
 }
 
-void RegisterAmxPeak() {
+// `row`: "amx_peak" (the AMX loop, skipped without AMX) or "peak" (the loop of the path
+// that runs: kind PeakKind(CurrentGemmPath())).
+void RegisterPeak(const std::string& row) {
   const int threads = omp_get_max_threads();
-  const std::string name = "gemm/amx_peak/threads:" + std::to_string(threads);
-  benchmark::RegisterBenchmark(name.c_str(),
-                               [threads](benchmark::State& state) {
-                                 double flops = 0;
-                                 for (auto _ : state)
-                                   flops += mxtrain::RunAmxPeakLoop(threads, int64_t{1} << 16);
-                                 if (flops == 0) state.SkipWithError("AMX-BF16 is not available");
-                                 state.counters["flops"] =
-                                     benchmark::Counter(flops, benchmark::Counter::kIsRate);
-                               })
+  const std::string name = "gemm/" + row + "/threads:" + std::to_string(threads);
+  benchmark::RegisterBenchmark(
+      name.c_str(),
+      [threads, row](benchmark::State& state) {
+        const std::string kind =
+            row == "amx_peak" ? "amx-bf16" : mxtrain::PeakKind(mxtrain::CurrentGemmPath());
+        double flops = 0;
+        for (auto _ : state) flops += mxtrain::RunPeakLoop(kind, threads, int64_t{1} << 16);
+        if (flops == 0) state.SkipWithError((kind + " is not available").c_str());
+        state.SetLabel(kind);
+        state.counters["flops"] = benchmark::Counter(flops, benchmark::Counter::kIsRate);
+      })
       ->UseRealTime()
       ->Unit(benchmark::kMillisecond);
 }
 
 bool RegisterGemmBenchmarks() {
-  RegisterAmxPeak();
+  RegisterPeak("amx_peak");
+  RegisterPeak("peak");
   for (const mxtrain::GemmBenchCase& c : mxtrain::StandardGemmBenchCases()) {
     Register(c, Row::kMx);
     if (mxtrain::HaveOneDnnBaseline()) Register(c, Row::kOneDnn);

@@ -3,6 +3,7 @@
 //  `mxtrain bench gemm [--reps N] [--threads T] [--case NAME] [--path NAME]` and
 //  `mxtrain bench --list`: JSON lines from the library's benchmark tables (mxtrain/bench.h).
 #include <iostream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -11,6 +12,7 @@
 #include "mxtrain/bench.h"
 #include "mxtrain/error.h"
 #include "mxtrain/gemm.h"
+#include "mxtrain/hp_gemm.h"
 #include "mxtrain/ops_bench.h"
 #include "mxtrain/simd.h"
 
@@ -31,22 +33,31 @@ constexpr const char* kUsage =
     "transformer and moe cases, default 4096 and 1024)";
 
 void PrintList() {
-  std::cout << "quantize cases:";
+  // Built whole first: a bad cap in the environment (simd.h, gemm.h) fails before any line.
+  std::ostringstream os;
+  os << "quantize cases:";
   for (QuantizeKind k : {QuantizeKind::kRowwise, QuantizeKind::kColwise, QuantizeKind::kDual,
                          QuantizeKind::kGrouped}) {
-    std::cout << " " << Name(k);
+    os << " " << Name(k);
   }
-  std::cout << "\nsimd targets:";
-  for (const std::string& t : AvailableSimdTargets()) std::cout << " " << t;
-  std::cout << "\ngemm cases:";
-  for (const GemmBenchCase& c : StandardGemmBenchCases()) std::cout << " " << c.name;
-  std::cout << "\nops cases:";
-  for (const OpsBenchCase& c : StandardOpsBenchCases()) std::cout << " " << c.name;
-  std::cout << "\nops configs:";
-  for (const OpsBenchConfig& c : StandardOpsBenchConfigs()) std::cout << " '" << c.Name() << "'";
-  std::cout << "\ngemm paths:";
-  for (const std::string& p : AvailableGemmPaths()) std::cout << " " << p;
-  std::cout << "\n";
+  os << "\nsimd targets:";
+  for (const std::string& t : AvailableSimdTargets()) os << " " << t;
+  os << "\ngemm cases:";
+  for (const GemmBenchCase& c : StandardGemmBenchCases()) os << " " << c.name;
+  os << "\nops cases:";
+  for (const OpsBenchCase& c : StandardOpsBenchCases()) os << " " << c.name;
+  os << "\nops configs:";
+  for (const OpsBenchConfig& c : StandardOpsBenchConfigs()) os << " '" << c.Name() << "'";
+  os << "\ngemm paths:";
+  for (const std::string& p : AvailableGemmPaths()) os << " " << p;
+  os << "\ngemm path: " << CurrentGemmPath() << " (peak: " << PeakKind(CurrentGemmPath())
+            << ")";
+  os << "\nhp gemm paths:";
+  for (const std::string& p : AvailableHpGemmPaths()) os << " " << p;
+  os << "\nbf16 route: " << HpGemmRoute(DType::kBF16);
+  os << "\ngemm baseline: " << (HaveOneDnnBaseline() ? GemmBaselineRoute() : "none");
+  os << "\n";
+  std::cout << os.str();
 }
 
 // NAME itself, or a family of cases sharing the prefix NAME_.

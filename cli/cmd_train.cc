@@ -19,6 +19,9 @@
 #include "commands.h"
 #include "mxtrain/data.h"
 #include "mxtrain/error.h"
+#include "mxtrain/gemm.h"
+#include "mxtrain/hp_gemm.h"
+#include "mxtrain/simd.h"
 #include "mxtrain/train.h"
 #include "mxtrain/train_report.h"
 
@@ -274,6 +277,10 @@ int Train(const ParsedArgs& args) {
   std::printf("%lld steps x %lld micro-batches x %lld sequences, seed %llu\n",
               static_cast<long long>(base.steps), static_cast<long long>(base.micro_batches),
               static_cast<long long>(base.batch_size), static_cast<unsigned long long>(base.seed));
+  // The routes this CPU gives each precision (the same choice for the whole process).
+  std::printf("GEMMs: mxfp8 %s (SIMD %s), bf16 %s, fp32 %s\n", CurrentGemmPath().c_str(),
+              CurrentSimdTarget().c_str(), HpGemmRoute(DType::kBF16).c_str(),
+              HpGemmRoute(DType::kF32).c_str());
   std::fflush(stdout);
 
   const int64_t run_steps =

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 
@@ -22,8 +23,36 @@ std::string Upper(std::string s) {
 
 std::mutex g_mutex;
 bool g_chosen = false;
+bool g_capped = false;
+int64_t g_cap = 0;  // the best target MXTRAIN_MAX_SIMD_TARGET allows; 0: no cap
+
+// MXTRAIN_MAX_SIMD_TARGET=NAME (e.g. AVX2): the kernels behave as on a CPU whose best target
+// is NAME, through Highway's own knob (hwy::DisableTargets, which also holds under any
+// later SetSupportedTargetsForTest). Read once, before the first choice of target.
+void CapTargetsLocked() {
+  if (g_capped) return;
+  const char* env = std::getenv("MXTRAIN_MAX_SIMD_TARGET");
+  if (env != nullptr && *env != '\0') {
+    const std::string wanted = Upper(env);
+    // Highway numbers its targets so that a lower bit is a better target.
+    int64_t cap = 0;
+    std::string known;
+    for (int bit = 0; bit < 63; ++bit) {
+      const int64_t target = int64_t{1} << bit;
+      if ((target & HWY_TARGETS) == 0) continue;
+      if (wanted == hwy::TargetName(target)) cap = target;
+      known += (known.empty() ? "" : ", ") + std::string(hwy::TargetName(target));
+    }
+    MXTRAIN_CHECK(cap != 0, "MXTRAIN_MAX_SIMD_TARGET='", env,
+                  "' names no SIMD target of this build (", known, ")");
+    hwy::DisableTargets(cap - 1);  // every better target
+    g_cap = cap;
+  }
+  g_capped = true;
+}
 
 void ChooseLocked(int64_t mock_targets) {
+  CapTargetsLocked();
   hwy::SetSupportedTargetsForTest(mock_targets);
   hwy::GetChosenTarget().Update(hwy::SupportedTargets());
   g_chosen = true;
@@ -35,6 +64,12 @@ namespace internal {
 void EnsureSimdTargetChosen() {
   std::lock_guard<std::mutex> lock(g_mutex);
   if (!g_chosen) ChooseLocked(0);
+}
+
+bool SimdCapAllows(int64_t target) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  CapTargetsLocked();
+  return g_cap == 0 || target >= g_cap;
 }
 
 bool StreamingStoresPay() {
@@ -60,6 +95,7 @@ int64_t L2CacheBytes() {
 }  // namespace internal
 
 std::vector<std::string> AvailableSimdTargets() {
+  internal::EnsureSimdTargetChosen();
   std::vector<std::string> names;
   for (int64_t t : hwy::SupportedAndGeneratedTargets()) names.emplace_back(hwy::TargetName(t));
   return names;

@@ -162,6 +162,39 @@ TEST_F(CliTest, HelpVersionAndDemo) {
   EXPECT_EQ(Run({"demo", "--seed", "3"}).out, r.out);  // seeded: the same table again
 }
 
+// The caps that imitate a smaller CPU (simd.h, gemm.h) take effect in a process that sets
+// them, whatever the machine; a name that is no target or path is one line and exit 2.
+TEST_F(CliTest, CpuCapsFromTheEnvironment) {
+  RunResult r = RunWithEnv("MXTRAIN_MAX_SIMD_TARGET=avx2 MXTRAIN_MAX_GEMM_PATH=simd-f32",
+                           {"bench", "--list"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("\ngemm paths: simd-f32 portable\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\ngemm path: simd-f32 (peak: fma-f32-"), std::string::npos) << r.out;
+  // The best target left is AVX2 or a smaller one, never an AVX-512 target.
+  const size_t targets = r.out.find("simd targets: ");
+  ASSERT_NE(targets, std::string::npos) << r.out;
+  const std::string first = r.out.substr(targets + 14, r.out.find_first_of(" \n", targets + 14) -
+                                                           targets - 14);
+  EXPECT_TRUE(first == "AVX2" || first == "SSE4" || first == "SSSE3" || first == "SCALAR")
+      << first;
+  EXPECT_EQ(r.out.find("AVX3"), std::string::npos) << r.out;
+  // Only the GEMM cap: the SIMD targets stay, AMX and VDPBF16PS go.
+  r = RunWithEnv("MXTRAIN_MAX_GEMM_PATH=simd-f32", {"bench", "--list"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("\ngemm paths: simd-f32 portable\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(CurrentSimdTarget()), std::string::npos) << r.out;
+
+  for (const auto& [env, expect] : std::vector<std::pair<std::string, std::string>>{
+           {"MXTRAIN_MAX_SIMD_TARGET=NEON9", "MXTRAIN_MAX_SIMD_TARGET='NEON9' names no SIMD target"},
+           {"MXTRAIN_MAX_GEMM_PATH=cuda", "MXTRAIN_MAX_GEMM_PATH='cuda' names no GEMM path"}}) {
+    r = RunWithEnv(env, {"bench", "--list"});
+    EXPECT_EQ(r.code, 2) << env;
+    EXPECT_EQ(r.err.rfind("mxtrain: error: ", 0), 0u) << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    EXPECT_NE(r.err.find(expect), std::string::npos) << r.err;
+  }
+}
+
 TEST_F(CliTest, RejectsBadInputFiles) {
   const std::string f32_24 = TensorBytes(EdgeF32({4, 6}, 8));
   WriteBytes(In("trunc.npy"), EncodeNpy("<f4", {4, 64}, std::string(100, '\0')));

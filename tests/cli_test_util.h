@@ -122,8 +122,11 @@ class CliFixture : public ::testing::Test {
   std::string In(const std::string& name) const { return base_ + "/in/" + name; }
   std::string Out(const std::string& name) const { return base_ + "/out/" + name; }
 
-  RunResult Run(const std::vector<std::string>& args) const {
-    std::string cmd = Quote(MXTRAIN_CLI_PATH);
+  RunResult Run(const std::vector<std::string>& args) const { return RunWithEnv("", args); }
+
+  // With environment assignments ("NAME=value NAME2=value2", shell words) for this command.
+  RunResult RunWithEnv(const std::string& env, const std::vector<std::string>& args) const {
+    std::string cmd = env.empty() ? Quote(MXTRAIN_CLI_PATH) : env + " " + Quote(MXTRAIN_CLI_PATH);
     // Appended piecewise: `" " + Quote(a)` trips GCC 12's false -Wrestrict (bug 105651).
     for (const std::string& a : args) {
       cmd += ' ';

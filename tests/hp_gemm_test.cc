@@ -4,6 +4,7 @@
 // the elementwise kernels around them (casts, bias-gradient row sums).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -123,6 +124,44 @@ TEST(HpGemm, BiasAccumulateBf16OutputAndGivenOutput) {
     EXPECT_EQ(std::memcmp(alone.raw(), big.data<float>() + 10 * n, alone.NumBytes()), 0) << path;
     EXPECT_EQ(big.data<float>()[0], 0.0f);
   }
+}
+
+// The route each compute type takes follows the path: a bf16 GEMM runs as a bf16 matmul
+// only on "onednn-bf16", as an f32 matmul on bf16-rounded operands on "onednn-f32" (every
+// CPU oneDNN supports has one, so no supported input is ever refused), and an f32 GEMM never
+// on a bf16 matmul.
+TEST(HpGemm, RoutesFollowThePath) {
+  const std::vector<std::string> paths = AvailableHpGemmPaths();
+  ASSERT_FALSE(paths.empty());
+  EXPECT_EQ(paths.back(), "portable");
+  const bool onednn = paths.size() > 1;
+  if (onednn) {
+    EXPECT_NE(std::find(paths.begin(), paths.end(), "onednn-f32"), paths.end());
+  }
+  EXPECT_EQ(CurrentHpGemmPath(), paths.front());
+  for (const std::string& path : paths) {
+    const ScopedHpPath scope(path);
+    EXPECT_EQ(CurrentHpGemmPath(), path);
+    EXPECT_EQ(HpGemmRoute(DType::kBF16), path);
+    EXPECT_EQ(HpGemmRoute(DType::kF32), path == "portable" ? "portable" : "onednn-f32");
+  }
+}
+
+// On the f32 route a bf16 GEMM still rounds its operands to bf16: the result equals the
+// bf16 matmul's (where there is one) and the portable loops' within the bound of bf16
+// operands, and differs from the f32 GEMM of the same unrounded inputs.
+TEST(HpGemm, Bf16OnTheF32RouteRoundsTheOperands) {
+  const std::vector<std::string> paths = AvailableHpGemmPaths();
+  // Built without oneDNN (setup.sh installs it): only the portable loops, checked above.
+  if (paths.size() == 1) return;
+  const ScopedHpPath scope("onednn-f32");
+  const int64_t m = 37, n = 29, s = 300;
+  const Tensor a = MakeF32({m, s}, RandomValues(m * s, 11, -2, 2));
+  const Tensor b = MakeF32({n, s}, RandomValues(n * s, 12, -2, 2));
+  const Tensor c16 = HpGemm(a, Contract::kLast, b, Contract::kLast, DType::kBF16);
+  ExpectHpWithinBound(c16, a, Contract::kLast, b, Contract::kLast, DType::kBF16, "onednn-f32");
+  const Tensor c32 = HpGemm(a, Contract::kLast, b, Contract::kLast, DType::kF32);
+  EXPECT_FALSE(BytesEqual(c16, c32));
 }
 
 TEST(HpGemm, EmptyShapesAndErrors) {

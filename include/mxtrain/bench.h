@@ -4,8 +4,11 @@
 //
 //   quantize: each quantizer beside a memcpy-style baseline that reads the same input bytes
 //             and writes the same output bytes;
-//   gemm:     each MX GEMM beside oneDNN's bf16 x bf16 -> fp32 matmul of the same shape
-//             (when mxtrain was built with oneDNN), and against a measured AMX peak.
+//   gemm:     each MX GEMM beside oneDNN's matmul of the same shape and values (when
+//             mxtrain was built with oneDNN): its bf16 matmul where oneDNN has one for this
+//             CPU, else its f32 matmul on the same bf16 values ("baseline"); and against the
+//             measured peak of the unit the GEMM path runs on (AMX tiles, VDPBF16PS, or fp32
+//             FMA on the current Highway target).
 #pragma once
 
 #include <cstdint>
@@ -125,6 +128,26 @@ std::vector<GemmBenchCase> StandardGemmBenchCases();
 
 // True when this build has the oneDNN baseline (MXTRAIN_HAVE_DNNL).
 bool HaveOneDnnBaseline();
+// The baseline route the GEMM benchmark runs: "onednn-bf16" (oneDNN's bf16 matmul) where
+// oneDNN has one for this CPU, else "onednn-f32" (its f32 matmul on the same bf16 values),
+// "" without oneDNN. The high-precision GEMM's bf16 route (hp_gemm.h), so the same choice.
+std::string GemmBaselineRoute();
+
+// The peak of the unit a GEMM path runs on, measured in this process (cached per kind and
+// thread count): kind "amx-bf16" (TDPBF16PS, AmxPeakGflops), "avx512-bf16" (VDPBF16PS,
+// 12 independent chains), or "fma-f32-<TARGET>" for simd-f32 and portable (fp32 FMA on
+// the current Highway target, 12 independent chains of full vectors). nullopt where the
+// unit is missing.
+struct PeakResult {
+  std::string kind;
+  double gflops;
+};
+std::string PeakKind(const std::string& gemm_path);
+std::optional<PeakResult> PathPeak(const std::string& gemm_path, int threads);
+// One run of the loop of `kind` (PeakKind) on `threads` threads, `iterations` steps of 12
+// instructions (AMX: 4); returns the flops done (0 where the unit is missing). For the
+// Google Benchmark front end.
+double RunPeakLoop(const std::string& kind, int threads, int64_t iterations);
 
 // The AMX-BF16 peak: TDPBF16PS back to back on resident tiles (4 accumulators, 2 A and 2 B
 // tiles, no loads) on `threads` threads, in GFLOP/s (2*16*16*32 flops an instruction); the
@@ -153,6 +176,8 @@ class GemmBench {
   bool has_onednn() const { return onednn_ != nullptr; }
   // The case's oneDNN matmuls, once each (one per non-empty group for grouped cases).
   void RunOneDnn();
+  // GemmBaselineRoute() when the case has a baseline, else "".
+  const std::string& baseline() const { return baseline_; }
   // Runs the MX GEMM and the baseline alternately for 0.5 s, or once each when they take
   // longer: the first calls page in the outputs, start the OpenMP team and oneDNN's
   // scratchpads, and on the development VM the first tenths of a second of a process run
@@ -181,7 +206,8 @@ class GemmBench {
   MxTensor a_, b_;              // the MX operands, in the order the function takes them
   MxTensor dense_a_, dense_b_;  // the dense twin's operands (grouped cases)
   Tensor mx_out_, dense_out_;
-  std::vector<Tensor> onednn_tensors_;  // the bf16 inputs its matmuls read
+  std::string baseline_;
+  std::vector<Tensor> onednn_tensors_;  // the bf16 (or f32) inputs its matmuls read
   Tensor onednn_out_;
   std::unique_ptr<internal::OneDnnMatmuls> onednn_;
 };
@@ -195,8 +221,11 @@ struct GemmBenchResult {
   std::optional<double> onednn_ms;  // median wall time of the oneDNN matmuls
   std::optional<double> onednn_gflops;
   std::optional<double> ratio;            // gflops / onednn_gflops
-  std::optional<double> amx_peak_gflops;  // AmxPeakGflops(threads)
-  std::optional<double> peak_fraction;    // gflops / amx_peak_gflops
+  std::string baseline;                   // GemmBaselineRoute(); "" without one
+  std::optional<double> amx_peak_gflops;  // AmxPeakGflops(threads): AMX machines only
+  std::optional<double> peak_gflops;      // PathPeak(path, threads)
+  std::string peak_kind;                  // PeakKind(path)
+  std::optional<double> peak_fraction;    // gflops / peak_gflops
   std::string onednn_impl;
   std::optional<double> max_rel_diff;  // GemmBench::MaxRelDiff() after the warm-up
   std::optional<double> dense_ms;      // grouped: median of the dense twin (RunDenseTwin)
@@ -204,13 +233,14 @@ struct GemmBenchResult {
   std::optional<double> vs_dense;  // grouped: gflops / dense_gflops
 };
 
-// Measures the AMX peak (once a process), warms up (GemmBench::WarmUp), then alternates MX,
+// Measures the peaks (once a process), warms up (GemmBench::WarmUp), then alternates MX,
 // oneDNN and (grouped cases) the dense twin `reps` times each; medians.
 GemmBenchResult MeasureGemmBench(const GemmBenchCase& c, int reps);
 // One JSON line: {"case", "kind", "gemm", "m", "n", "k", "groups", "ms", "gflops",
-// "onednn_gflops", "ratio", "amx_peak_gflops", "peak_fraction", "threads", "path",
-// "onednn_ms", "onednn_impl", "max_rel_diff", "dense_gflops", "vs_dense"}; null where a value
-// is absent (the last two for dense cases).
+// "onednn_gflops", "ratio", "baseline", "amx_peak_gflops", "peak_gflops", "peak_kind",
+// "peak_fraction", "threads", "path", "onednn_ms", "onednn_impl", "max_rel_diff",
+// "dense_gflops", "vs_dense"}; null where a value is absent ("dense_gflops" and "vs_dense"
+// for dense cases, "amx_peak_gflops" without AMX).
 std::string ToJson(const GemmBenchResult& r);
 
 }  // namespace mxtrain

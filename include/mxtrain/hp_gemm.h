@@ -12,8 +12,12 @@
 // compute kBF16: each operand is rounded to bf16 (nearest even; bf16 tensors as they are),
 // products are exact in fp32 and sums accumulate in fp32 (order unspecified), C is
 // rounded once to the output type. compute kF32: fp32 operands (bf16 widened exactly),
-// fp32 products and sums. Paths: oneDNN's matmul ("onednn", AMX or AVX-512 where the CPU
-// has them) when mxtrain was built with oneDNN, and plain loops ("portable") everywhere.
+// fp32 products and sums. Paths, when mxtrain was built with oneDNN: "onednn-bf16" (oneDNN's
+// matmul in the compute type: bf16 on AMX or AVX-512 where oneDNN has a bf16 matmul for
+// this CPU), "onednn-f32" (oneDNN's f32 matmul for both compute types, which every x86-64
+// CPU has: bf16 operands are rounded to bf16 and widened exactly, so the products are the
+// same and only the summation order differs); and plain loops ("portable") everywhere.
+// The best path is chosen once per process, from what oneDNN can build.
 #pragma once
 
 #include <string>
@@ -49,10 +53,13 @@ Tensor HpGroupedGemm(const Tensor& x, const Tensor& w, Contract w_contract,
 Tensor HpGroupedWgrad(const Tensor& dy, const Tensor& x, const GroupList& groups, DType compute,
                       const GemmOptions& options = {});
 
-// The high-precision GEMM paths this build and machine can run, best first ("onednn",
-// "portable"), and forcing one for tests and benchmarks ("" = best).
+// The high-precision GEMM paths this build and machine can run, best first ("onednn-bf16",
+// "onednn-f32", "portable"), and forcing one for tests and benchmarks ("" = best).
 std::vector<std::string> AvailableHpGemmPaths();
 void ForceHpGemmPath(const std::string& name);
 std::string CurrentHpGemmPath();
+// What a GEMM of this compute type runs on the current path: "onednn-bf16" (a bf16 matmul),
+// "onednn-f32" (an f32 matmul; for bf16 compute on the bf16-rounded operands) or "portable".
+std::string HpGemmRoute(DType compute);
 
 }  // namespace mxtrain

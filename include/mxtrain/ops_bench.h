@@ -54,6 +54,10 @@ struct OpsBenchResult {
   OpsBenchCase c;
   OpsBenchConfig config;
   int threads = 0;
+  // The GEMM the config ran: the MX path (CurrentGemmPath(): "amx-bf16", ...) for mxfp8;
+  // for bf16 the high-precision route (HpGemmRoute(kBF16): "onednn-bf16", "onednn-f32" on
+  // CPUs without a oneDNN bf16 matmul, or "portable").
+  std::string gemm;
   double step_ms = 0;  // median over the measured steps
   // Peaks over one step, from the tracking allocator (memory.h).
   int64_t peak_bytes = 0;
@@ -81,7 +85,8 @@ std::vector<OpsBenchResult> MeasureOpsBench(const OpsBenchCase& c,
                                             const std::vector<OpsBenchConfig>& configs, int steps);
 
 // One JSON line: {"case", "precision", "input_policy", "weight_policy", "reuse", "tokens",
-// "hidden", "ffn", "experts", "micro_batches", "threads", "step_ms", "peak_bytes",
+// "hidden", "ffn", "experts", "micro_batches", "threads", "gemm", "baseline" (bf16's
+// "gemm"), "step_ms", "peak_bytes",
 // "saved_bytes" (peak held for backward), "saved_allocated_bytes" (peak of category
 // saved_for_backward), "closed_form_saved_bytes", "peak_by_category": {...}, "layers":
 // [{"name", "allocated_bytes", "referenced_bytes"}, ...],

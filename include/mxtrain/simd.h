@@ -1,6 +1,12 @@
 // Which SIMD target the kernels run. By default the best one the CPU supports; tests and
 // benchmarks can force any compiled target (AVX3_DL = AVX-512 with VBMI, AVX3 = AVX-512,
 // AVX2, SSE4, SSSE3, SCALAR: the portable path) to check each of them on one machine.
+//
+// The environment variable MXTRAIN_MAX_SIMD_TARGET=NAME (e.g. AVX2), read once per
+// process, makes the process behave as on a CPU whose best target is NAME: better targets
+// are not available (hwy::DisableTargets), and neither are the GEMM paths that need
+// AVX-512 (gemm.h). With ONEDNN_MAX_CPU_ISA=AVX2 and MXTRAIN_MAX_GEMM_PATH=simd-f32 it
+// imitates an AVX2-only machine on a larger one (the ctest label `cpu_caps`).
 #pragma once
 
 #include <string>

@@ -1,5 +1,6 @@
 // The GEMM benchmark (mxtrain/bench.h): MX GEMMs of a transformer and a mixture-of-experts
-// layer timed beside oneDNN's bf16 matmul of the same shapes and against the AMX peak.
+// layer timed beside oneDNN's matmul of the same shapes and values (bf16 where oneDNN has
+// it, else f32) and against the peak of the unit the path runs on.
 #include <omp.h>
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include "mxtrain/bench.h"
 #include "mxtrain/error.h"
 #include "mxtrain/gemm.h"
+#include "mxtrain/hp_gemm.h"
 
 namespace mxtrain {
 
@@ -67,6 +69,10 @@ std::vector<GemmBenchCase> StandardGemmBenchCases() {
 
 bool HaveOneDnnBaseline() { return internal::HaveOneDnn(); }
 
+std::string GemmBaselineRoute() {
+  return internal::HaveOneDnn() ? HpGemmRoute(DType::kBF16) : "";
+}
+
 GemmBench::GemmBench(const GemmBenchCase& c)
     : case_(c), threads_(c.threads > 0 ? c.threads : omp_get_max_threads()) {
   const bool grouped = c.kind == GemmBenchKind::kGrouped;
@@ -109,14 +115,23 @@ GemmBench::GemmBench(const GemmBenchCase& c)
     }
   }
 
-  if (!internal::HaveOneDnn()) return;
-  // The baseline's inputs: the MX operands' exact values in bf16, in the same memory order,
-  // so that oneDNN reads the same layouts (a transposed weight, dY^T for wgrad) and computes
-  // the same product up to summation order.
-  const Tensor a16 = Dequantize(a_, DType::kBF16, threads_);
-  const Tensor b16 = Dequantize(b_, DType::kBF16, threads_);
-  const uint16_t* a = a16.data<uint16_t>();
-  const uint16_t* b = b16.data<uint16_t>();
+  baseline_ = GemmBaselineRoute();
+  if (baseline_.empty() || baseline_ == "portable") {
+    baseline_.clear();
+    return;
+  }
+  // The baseline's inputs: the MX operands' exact values in bf16 (or, where oneDNN has no
+  // bf16 matmul, the same values in f32), in the same memory order, so that oneDNN reads
+  // the same layouts (a transposed weight, dY^T for wgrad) and computes the same product up
+  // to summation order.
+  const bool bf16 = baseline_ == "onednn-bf16";
+  const DType in = bf16 ? DType::kBF16 : DType::kF32;
+  const Tensor a16 = Dequantize(a_, in, threads_);
+  const Tensor b16 = Dequantize(b_, in, threads_);
+  const int64_t in_bytes = bf16 ? 2 : 4;
+  // Element offsets into the inputs as typed pointers.
+  auto a = [&](int64_t offset) { return static_cast<const char*>(a16.raw()) + offset * in_bytes; };
+  auto b = [&](int64_t offset) { return static_cast<const char*>(b16.raw()) + offset * in_bytes; };
   const Shape out_shape = c.gemm == GemmPass::kFprop   ? Shape{m, n}
                           : c.gemm == GemmPass::kDgrad ? Shape{m, k}
                           : grouped                    ? Shape{experts, n, k}
@@ -134,18 +149,18 @@ GemmBench::GemmBench(const GemmBenchCase& c)
     const int64_t w0 = grouped ? e * n * k : 0;  // this expert's W [N, K] or dW [N, K]
     switch (c.gemm) {
       case GemmPass::kFprop:  // Y_e [tokens, N] = X_e [tokens, K] . (W_e [N, K])^T
-        views.push_back({tokens, n, k, a + t0 * k, k, 1, b + w0, 1, k, out + t0 * n, n});
+        views.push_back({tokens, n, k, a(t0 * k), k, 1, b(w0), 1, k, out + t0 * n, n});
         break;
       case GemmPass::kDgrad:  // dX_e [tokens, K] = dY_e [tokens, N] . W_e [N, K]
-        views.push_back({tokens, k, n, a + t0 * n, n, 1, b + w0, k, 1, out + t0 * k, k});
+        views.push_back({tokens, k, n, a(t0 * n), n, 1, b(w0), k, 1, out + t0 * k, k});
         break;
       case GemmPass::kWgrad:  // dW_e [N, K] = (dY_e [tokens, N])^T . X_e [tokens, K]
-        views.push_back({n, k, tokens, a + t0 * n, 1, n, b + t0 * k, k, 1, out + w0, k});
+        views.push_back({n, k, tokens, a(t0 * n), 1, n, b(t0 * k), k, 1, out + w0, k});
         break;
     }
   }
   onednn_tensors_ = {a16, b16};
-  onednn_ = internal::OneDnnMatmuls::Create(views, threads_);
+  onednn_ = internal::OneDnnMatmuls::Create(views, threads_, bf16);
 }
 
 GemmBench::~GemmBench() = default;
@@ -208,10 +223,15 @@ GemmBenchResult MeasureGemmBench(const GemmBenchCase& c, int reps) {
   GemmBenchResult r;
   r.c = c;
   r.threads = c.threads > 0 ? c.threads : omp_get_max_threads();
-  // The peak first, on an idle machine, before the case's buffers exist.
+  // The peaks first, on an idle machine, before the case's buffers exist.
+  r.path = CurrentGemmPath();
+  r.peak_kind = PeakKind(r.path);
+  if (const std::optional<PeakResult> peak = PathPeak(r.path, r.threads)) {
+    r.peak_gflops = peak->gflops;
+  }
   r.amx_peak_gflops = AmxPeakGflops(r.threads);
   GemmBench bench(c);
-  r.path = CurrentGemmPath();
+  r.baseline = bench.baseline();
   r.onednn_impl = bench.onednn_impl();
   using Clock = std::chrono::steady_clock;
   auto time_ms = [](auto&& fn) {
@@ -235,7 +255,7 @@ GemmBenchResult MeasureGemmBench(const GemmBenchCase& c, int reps) {
     r.onednn_gflops = mega_flops / *r.onednn_ms;
     r.ratio = r.gflops / *r.onednn_gflops;
   }
-  if (r.amx_peak_gflops) r.peak_fraction = r.gflops / *r.amx_peak_gflops;
+  if (r.peak_gflops) r.peak_fraction = r.gflops / *r.peak_gflops;
   if (bench.has_dense_twin()) {
     r.dense_ms = Median(dense_ms);
     r.dense_gflops = mega_flops / *r.dense_ms;
@@ -251,9 +271,12 @@ std::string ToJson(const GemmBenchResult& r) {
      << ", \"groups\": " << r.c.num_groups() << ", \"ms\": " << JsonNumber(r.ms)
      << ", \"gflops\": " << JsonNumber(r.gflops)
      << ", \"onednn_gflops\": " << JsonNumber(r.onednn_gflops)
-     << ", \"ratio\": " << JsonNumber(r.ratio)
+     << ", \"ratio\": " << JsonNumber(r.ratio) << ", \"baseline\": "
+     << (r.baseline.empty() ? "null" : "\"" + r.baseline + "\"")
      << ", \"amx_peak_gflops\": " << JsonNumber(r.amx_peak_gflops)
-     << ", \"peak_fraction\": " << JsonNumber(r.peak_fraction) << ", \"threads\": " << r.threads
+     << ", \"peak_gflops\": " << JsonNumber(r.peak_gflops) << ", \"peak_kind\": \""
+     << r.peak_kind << "\", \"peak_fraction\": " << JsonNumber(r.peak_fraction)
+     << ", \"threads\": " << r.threads
      << ", \"path\": \"" << r.path << "\", \"onednn_ms\": " << JsonNumber(r.onednn_ms)
      << ", \"onednn_impl\": " << (r.onednn_impl.empty() ? "null" : "\"" + r.onednn_impl + "\"")
      << ", \"max_rel_diff\": " << JsonNumber(r.max_rel_diff, /*scientific=*/true)

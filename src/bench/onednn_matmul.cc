@@ -15,7 +15,7 @@ namespace mxtrain::internal {
 
 bool HaveOneDnn() { return false; }
 
-std::unique_ptr<OneDnnMatmuls> OneDnnMatmuls::Create(const std::vector<MatmulView>&, int) {
+std::unique_ptr<OneDnnMatmuls> OneDnnMatmuls::Create(const std::vector<MatmulView>&, int, bool) {
   return nullptr;
 }
 
@@ -27,13 +27,14 @@ namespace {
 
 class DnnlMatmuls final : public OneDnnMatmuls {
  public:
-  DnnlMatmuls(const std::vector<MatmulView>& views, int threads)
+  DnnlMatmuls(const std::vector<MatmulView>& views, int threads, bool bf16)
       : threads_(threads), engine_(dnnl::engine::kind::cpu, 0), stream_(engine_) {
     using dt = dnnl::memory::data_type;
     const ScopedOmpThreads scope(threads_);
+    const dt in = bf16 ? dt::bf16 : dt::f32;
     for (const MatmulView& v : views) {
-      const dnnl::memory::desc a_md({v.m, v.k}, dt::bf16, {v.a_stride_m, v.a_stride_k});
-      const dnnl::memory::desc b_md({v.k, v.n}, dt::bf16, {v.b_stride_k, v.b_stride_n});
+      const dnnl::memory::desc a_md({v.m, v.k}, in, {v.a_stride_m, v.a_stride_k});
+      const dnnl::memory::desc b_md({v.k, v.n}, in, {v.b_stride_k, v.b_stride_n});
       const dnnl::memory::desc c_md({v.m, v.n}, dt::f32, {v.c_stride_m, 1});
 #if DNNL_VERSION_MAJOR >= 3
       const dnnl::matmul::primitive_desc pd(engine_, a_md, b_md, c_md);
@@ -43,8 +44,8 @@ class DnnlMatmuls final : public OneDnnMatmuls {
       const std::string name = pd.impl_info_str();
       if (impl_.find(name) == std::string::npos) impl_ += (impl_.empty() ? "" : "+") + name;
       // oneDNN takes non-const handles; it only reads the inputs.
-      Step step{dnnl::matmul(pd), dnnl::memory(a_md, engine_, const_cast<uint16_t*>(v.a)),
-                dnnl::memory(b_md, engine_, const_cast<uint16_t*>(v.b)),
+      Step step{dnnl::matmul(pd), dnnl::memory(a_md, engine_, const_cast<void*>(v.a)),
+                dnnl::memory(b_md, engine_, const_cast<void*>(v.b)),
                 dnnl::memory(c_md, engine_, v.c)};
       steps_.push_back(std::move(step));
     }
@@ -76,11 +77,12 @@ class DnnlMatmuls final : public OneDnnMatmuls {
 }  // namespace
 
 std::unique_ptr<OneDnnMatmuls> OneDnnMatmuls::Create(const std::vector<MatmulView>& views,
-                                                     int threads) {
+                                                     int threads, bool bf16) {
   try {
-    return std::make_unique<DnnlMatmuls>(views, threads);
+    return std::make_unique<DnnlMatmuls>(views, threads, bf16);
   } catch (const dnnl::error& e) {
-    Fail("oneDNN baseline: cannot create a bf16 matmul primitive: ", e.what());
+    Fail("oneDNN baseline: cannot create a ", bf16 ? "bf16" : "f32",
+         " matmul primitive: ", e.what());
   }
 }
 

@@ -10,15 +10,15 @@
 
 namespace mxtrain::internal {
 
-// C = A . B with bf16 A [m, k], bf16 B [k, n] and fp32 C [m, n], each given as a pointer
-// and element strides, so that the transposed and sub-matrix views the MX operands imply
+// C = A . B with A [m, k] and B [k, n] both bf16 or both f32, and fp32 C [m, n], each
+// given as a pointer and element strides, so that the transposed and sub-matrix views the MX operands imply
 // (W [N, K] as B = W^T, dY^T, the rows of one expert) need no copies. C is row-major with
 // leading dimension c_stride_m.
 struct MatmulView {
   int64_t m, n, k;
-  const uint16_t* a;
+  const void* a;
   int64_t a_stride_m, a_stride_k;
-  const uint16_t* b;
+  const void* b;
   int64_t b_stride_k, b_stride_n;
   float* c;
   int64_t c_stride_m;
@@ -28,9 +28,10 @@ struct MatmulView {
 // their execution.
 class OneDnnMatmuls {
  public:
-  // The primitives for `views`, run with `threads` OpenMP threads; nullptr when mxtrain
-  // was built without oneDNN.
-  static std::unique_ptr<OneDnnMatmuls> Create(const std::vector<MatmulView>& views, int threads);
+  // The primitives for `views` (bf16 inputs, or f32 when !bf16), run with `threads` OpenMP
+  // threads; nullptr when mxtrain was built without oneDNN.
+  static std::unique_ptr<OneDnnMatmuls> Create(const std::vector<MatmulView>& views, int threads,
+                                               bool bf16);
   virtual ~OneDnnMatmuls() = default;
   // Executes every matmul once, in order, and waits for them.
   virtual void Run() = 0;

@@ -10,7 +10,9 @@
 #include "bench/bench_util.h"
 #include "mxtrain/elementwise.h"
 #include "mxtrain/error.h"
+#include "mxtrain/gemm.h"
 #include "mxtrain/grouped_linear.h"
+#include "mxtrain/hp_gemm.h"
 #include "mxtrain/linear.h"
 
 namespace mxtrain {
@@ -221,6 +223,8 @@ std::vector<OpsBenchResult> MeasureOpsBench(const OpsBenchCase& c,
     results[i].c = c;
     results[i].config = configs[i];
     results[i].threads = threads;
+    results[i].gemm = configs[i].precision == Precision::kMxfp8 ? CurrentGemmPath()
+                                                                : HpGemmRoute(DType::kBF16);
     results[i].closed_form_saved_bytes = ClosedFormSaved(c, configs[i]);
     for (const LayerShape& l : Shapes(c)) results[i].layers.push_back({l.name, {}});
     std::vector<SavedMemory> ignored;
@@ -263,6 +267,8 @@ std::string ToJson(const OpsBenchResult& r, const OpsBenchResult* bf16,
   os << ", \"tokens\": " << r.c.tokens << ", \"hidden\": " << r.c.hidden << ", \"ffn\": " << r.c.ffn
      << ", \"experts\": " << (r.c.moe ? r.c.group_counts.size() : 0)
      << ", \"micro_batches\": " << r.c.micro_batches << ", \"threads\": " << r.threads
+     << ", \"gemm\": \"" << r.gemm << "\", \"baseline\": "
+     << (bf16 ? "\"" + bf16->gemm + "\"" : std::string("null"))
      << ", \"step_ms\": " << JsonNumber(r.step_ms) << ", \"peak_bytes\": " << r.peak_bytes
      << ", \"saved_bytes\": " << r.peak_held_for_backward << ", \"saved_allocated_bytes\": " << saved
      << ", \"closed_form_saved_bytes\": " << r.closed_form_saved_bytes << ", \"peak_by_category\": {";

@@ -5,7 +5,8 @@
 
 namespace mxtrain::internal {
 
-// True when the CPU has AMX-TILE and AMX-BF16 and the OS granted the tile state.
+// True when the CPU has AMX-TILE and AMX-BF16 and the OS granted the tile state (and no
+// SIMD cap below AVX-512 is set: simd.h).
 bool AmxAvailable();
 // True when the CPU (and OS) has AVX512F, AVX512BW and AVX512-BF16 (VDPBF16PS).
 bool Avx512Bf16Available();

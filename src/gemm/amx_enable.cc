@@ -2,7 +2,10 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <hwy/detect_targets.h>
+
 #include "gemm/amx.h"
+#include "simd_internal.h"
 
 namespace mxtrain::internal {
 namespace {
@@ -21,16 +24,18 @@ bool CheckAndRequest() {
 
 }  // namespace
 
+// Both units need AVX-512 around them, so a process capped below Highway's AVX3 target
+// (MXTRAIN_MAX_SIMD_TARGET, simd.h) behaves as on a CPU without them.
 bool AmxAvailable() {
-  static const bool available = CheckAndRequest();
+  static const bool available = SimdCapAllows(HWY_AVX3) && CheckAndRequest();
   return available;
 }
 
 bool Avx512Bf16Available() {
   // __builtin_cpu_supports also checks that the OS saves the zmm state (XCR0).
-  static const bool available = __builtin_cpu_supports("avx512f") &&
-                                __builtin_cpu_supports("avx512bw") &&
-                                __builtin_cpu_supports("avx512bf16");
+  static const bool available =
+      SimdCapAllows(HWY_AVX3) && __builtin_cpu_supports("avx512f") &&
+      __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512bf16");
   return available;
 }
 

@@ -5,7 +5,9 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 
@@ -173,11 +175,25 @@ std::vector<uint8_t> PlanBlocks(const GemmProblem& p, int64_t block_rows, int64_
 }  // namespace internal
 
 std::vector<std::string> AvailableGemmPaths() {
+  // Best first. MXTRAIN_MAX_GEMM_PATH=NAME (read once) drops the paths better than NAME,
+  // and a SIMD cap below AVX-512 (simd.h) the two that need it (gemm/amx.h): so a process
+  // can behave as on a CPU without AMX or without bf16 dot products.
+  static constexpr std::array<const char*, 4> kOrder{"amx-bf16", "avx512-bf16", "simd-f32",
+                                                     "portable"};
+  static const size_t first = [] {
+    const char* env = std::getenv("MXTRAIN_MAX_GEMM_PATH");
+    if (env == nullptr || *env == '\0') return size_t{0};
+    for (size_t i = 0; i < kOrder.size(); ++i) {
+      if (std::string(env) == kOrder[i]) return i;
+    }
+    Fail("MXTRAIN_MAX_GEMM_PATH='", env,
+         "' names no GEMM path (amx-bf16, avx512-bf16, simd-f32, portable)");
+  }();
   std::vector<std::string> paths;
-  if (internal::AmxAvailable()) paths.push_back("amx-bf16");
-  if (internal::Avx512Bf16Available()) paths.push_back("avx512-bf16");
-  paths.push_back("simd-f32");
-  paths.push_back("portable");
+  if (first <= 0 && internal::AmxAvailable()) paths.push_back(kOrder[0]);
+  if (first <= 1 && internal::Avx512Bf16Available()) paths.push_back(kOrder[1]);
+  if (first <= 2) paths.push_back(kOrder[2]);
+  paths.push_back(kOrder[3]);
   return paths;
 }
 

@@ -1,5 +1,8 @@
 // High-precision GEMM (hp_gemm.h): validation and operand rounding here, then oneDNN's
-// matmul on strided views (no transposed copies) or the portable loops.
+// matmul on strided views (no transposed copies) or the portable loops. Where oneDNN has no
+// bf16 matmul (below avx512_core, or capped by ONEDNN_MAX_CPU_ISA), a bf16 GEMM runs as
+// oneDNN's f32 matmul on the bf16-rounded operands widened to fp32: products of two bf16
+// values are exact in fp32, so only the summation order differs from a native bf16 matmul.
 #include "mxtrain/hp_gemm.h"
 
 #include <omp.h>
@@ -35,14 +38,19 @@ struct HpView {
   int64_t s;
 };
 
-HpView ViewOf(const Tensor& t, Contract c, DType compute, int threads, const char* name) {
+// `widen`: a bf16 compute type on an fp32 matmul (the "onednn-f32" path): the operand is
+// rounded to bf16, then widened exactly to fp32.
+HpView ViewOf(const Tensor& t, Contract c, DType compute, bool widen, int threads,
+              const char* name) {
   MXTRAIN_CHECK(
       t.defined() && t.rank() == 2 && (t.dtype() == DType::kF32 || t.dtype() == DType::kBF16),
       "hp gemm: ", name, " must be a 2-D f32 or bf16 tensor");
   const bool first = c == Contract::kFirst;
   // Rounding to the compute type is the only copy: bf16 operands for a bf16 GEMM, f32 for f32.
-  return HpView{CastTo(t, compute, MemoryCategory::kWorkspace, threads), first,
-                first ? t.shape()[1] : t.shape()[0], first ? t.shape()[0] : t.shape()[1]};
+  Tensor rounded = CastTo(t, compute, MemoryCategory::kWorkspace, threads);
+  if (widen) rounded = CastTo(rounded, DType::kF32, MemoryCategory::kWorkspace, threads);
+  return HpView{std::move(rounded), first, first ? t.shape()[1] : t.shape()[0],
+                first ? t.shape()[0] : t.shape()[1]};
 }
 
 // Element (f, k) of a view as fp32.
@@ -172,6 +180,29 @@ class OneDnn {
   std::map<PrimitiveKey, Primitive> primitives_;
 };
 
+// Whether oneDNN builds a bf16 matmul that is not its reference loop, asked once per
+// process with a small problem: oneDNN 2.6 has none below avx512_core, and
+// ONEDNN_MAX_CPU_ISA (read by oneDNN at its first use) caps the ISA it may use.
+bool OneDnnHasBf16Matmul() {
+  static const bool has = [] {
+    using dt = dnnl::memory::data_type;
+    try {
+      const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+      const dnnl::memory::desc a({64, 64}, dt::bf16, {64, 1});
+      const dnnl::memory::desc c({64, 64}, dt::f32, {64, 1});
+#if DNNL_VERSION_MAJOR >= 3
+      const dnnl::matmul::primitive_desc pd(engine, a, a, c);
+#else
+      const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, a, c), engine);
+#endif
+      return std::string(pd.impl_info_str()).rfind("ref", 0) != 0;
+    } catch (const dnnl::error&) {
+      return false;
+    }
+  }();
+  return has;
+}
+
 #endif  // MXTRAIN_HAVE_DNNL
 
 }  // namespace
@@ -179,10 +210,17 @@ class OneDnn {
 std::vector<std::string> AvailableHpGemmPaths() {
   std::vector<std::string> paths;
 #ifdef MXTRAIN_HAVE_DNNL
-  paths.push_back("onednn");
+  if (OneDnnHasBf16Matmul()) paths.push_back("onednn-bf16");
+  paths.push_back("onednn-f32");
 #endif
   paths.push_back("portable");
   return paths;
+}
+
+std::string HpGemmRoute(DType compute) {
+  const std::string path = CurrentHpGemmPath();
+  if (path == "onednn-bf16") return compute == DType::kBF16 ? "onednn-bf16" : "onednn-f32";
+  return path;
 }
 
 void ForceHpGemmPath(const std::string& name) {
@@ -208,8 +246,10 @@ Tensor HpGemm(const Tensor& a, Contract a_contract, const Tensor& b, Contract b_
   MXTRAIN_CHECK(compute == DType::kF32 || compute == DType::kBF16,
                 "hp gemm: compute type must be f32 or bf16, got ", Name(compute));
   const int threads = options.threads > 0 ? options.threads : omp_get_max_threads();
-  const HpView av = ViewOf(a, a_contract, compute, threads, "A");
-  const HpView bv = ViewOf(b, b_contract, compute, threads, "B");
+  const std::string path = CurrentHpGemmPath();
+  const bool widen = compute == DType::kBF16 && path == "onednn-f32";
+  const HpView av = ViewOf(a, a_contract, compute, widen, threads, "A");
+  const HpView bv = ViewOf(b, b_contract, compute, widen, threads, "B");
   MXTRAIN_CHECK(av.s == bv.s, "hp gemm: contraction lengths differ: A ", a.shape().ToString(),
                 " contracts ", av.s, ", B ", b.shape().ToString(), " contracts ", bv.s);
   internal::CheckGemmOutputOptions(av.free, bv.free, options, "hp gemm");
@@ -217,7 +257,7 @@ Tensor HpGemm(const Tensor& a, Contract a_contract, const Tensor& b, Contract b_
   if (av.free > 0 && bv.free > 0 && av.s > 0) {
     const bool accumulate = options.accumulate != nullptr;
 #ifdef MXTRAIN_HAVE_DNNL
-    if (CurrentHpGemmPath() == "onednn") {
+    if (path != "portable") {
       OneDnn::Get().Run(av, bv, c32.data<float>(), accumulate, threads);
       return internal::FinishGemm(std::move(c32), options, threads);
     }
