@@ -1,0 +1,329 @@
+// The column-blocked kernel (32x1 blocks along M), in strips of up to 32 rows: pass 1
+// accumulates each column's amax, pass 2 encodes the strip again from cache, in 16-bit
+// lanes where the target has them.
+// One of the quantizer's kernel families (quantize_simd.cc compiles them for every target):
+// included once per Highway target, hence the toggling guard of Highway's own -inl.h files.
+#if defined(MXTRAIN_QUANTIZE_COLWISE_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef MXTRAIN_QUANTIZE_COLWISE_INL_H_
+#undef MXTRAIN_QUANTIZE_COLWISE_INL_H_
+#else
+#define MXTRAIN_QUANTIZE_COLWISE_INL_H_
+#endif
+
+#include <hwy/cache_control.h>
+#include <hwy/highway.h>
+
+#include <algorithm>
+#include <type_traits>
+
+#include "quantize/encode-inl.h"
+#include "quantize/encode16-inl.h"
+#include "quantize/prefetch-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace mxtrain::internal {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+#if HWY_TARGET != HWY_SCALAR
+// Columnwise pass 1 of a bf16 source in 16-bit lanes: amax[c] = max(amax[c], |x[row, c]|).
+HWY_INLINE void AccumulateColumnAmax16(const QuantSource& src, int64_t row, int64_t col0,
+                                       int64_t col1, uint16_t* amax) {
+  const D16 d;
+  const int64_t n = static_cast<int64_t>(hn::Lanes(d));
+  const int64_t base = row * src.cols;
+  const uint16_t* x = static_cast<const uint16_t*>(src.x);
+  int64_t c = col0;
+  for (; c + n <= col1; c += n) {
+    if ((c & 31) == 0) PrefetchAhead<true>(src.x, base + c);
+    uint16_t* a = amax + (c - col0);
+    hn::StoreU(hn::Max(hn::LoadU(d, a), Abs16(hn::LoadU(d, x + base + c))), d, a);
+  }
+  for (; c < col1; ++c) {
+    amax[c - col0] = std::max<uint16_t>(amax[c - col0], x[base + c] & 0x7FFF);
+  }
+}
+
+// Columnwise pass 2 in 16-bit lanes (no NaN column in the strip): per-column subtrahends
+// and thresholds (Enc16), and the scale bytes for the exact path. kSaturate as for Encode16.
+template <bool kBf16, ElementFormat kFormat, bool kSaturate, bool kStream>
+void EncodeColumnStrip16(const QuantSource& src, const ColStrip& strip, ColwiseOut out,
+                         const uint8_t* scales, const uint16_t* sub, const uint16_t* slow_below,
+                         NextStripPrefetch& next_strip) {
+  // A copy whose address stays here, so that its fields live in registers (the code stores
+  // are bytes, which may alias anything).
+  NextStripPrefetch ahead = next_strip;
+  const D16 d;
+  const int64_t n = static_cast<int64_t>(hn::Lanes(d));
+  const void* x = src.x;
+  const int64_t cols = src.cols, col0 = strip.col0, col1 = strip.col1;
+  constexpr int64_t kGroup = 8;
+  // The rest of the next strip's lines (NextStripPrefetch): a line per 2 lines of a group
+  // of kGroup vectors, or spread over the rows of strips narrower than a group.
+  constexpr int64_t kGroupAhead =
+      kGroup * static_cast<int64_t>(hn::MaxLanes(D16())) * (kBf16 ? 2 : 4) / 64 / 2;
+  const int64_t groups_per_row = (col1 - col0) / (kGroup * n);
+  const int64_t per_row = (ahead.left() + strip.num_rows - 1) / strip.num_rows;
+  for (int64_t r = strip.row0; r < strip.row0 + strip.num_rows; ++r) {
+    const int64_t base = r * cols;
+    uint8_t* data = out.data + base;
+    M16 fast = AllFast16();
+    int64_t c = col0;
+    if (groups_per_row == 0) ahead.Issue(per_row);
+    const auto encode = [&](int64_t at, M16& acc) {
+      return Encode16<kFormat, kSaturate>(Load16<kBf16>(x, base + at),
+                                          hn::LoadU(d, sub + (at - col0)),
+                                          hn::LoadU(d, slow_below + (at - col0)), acc);
+    };
+    // Vectors that the fp32 encoder must redo are looked for again only in the groups of
+    // kGroup vectors that reported one (a row of 4096 bf16 columns has a slow lane in about
+    // a quarter of the rows of Gaussian data; re-checking the whole row cost more than the
+    // redo itself).
+    constexpr int kMaxFlagged = 64;
+    int64_t flagged[kMaxFlagged];
+    int num_flagged = 0;
+    bool all_groups = false;  // more flagged groups than `flagged` holds
+    for (; c + kGroup * n <= col1; c += kGroup * n) {
+      M16 group_fast = AllFast16();
+      ahead.Issue<kGroupAhead>();
+      for (int64_t i = 0; i < kGroup; i += 2) {  // pairs share one pack (StoreCodes16x2)
+        const int64_t at = c + i * n;
+        const V16 first = encode(at, group_fast);
+        StoreCodes16x2<kStream>(first, encode(at + n, group_fast), data + at);
+      }
+      if (HWY_UNLIKELY(AnySlow16(group_fast))) {
+        if (num_flagged < kMaxFlagged) {
+          flagged[num_flagged++] = c;
+        } else {
+          all_groups = true;
+        }
+      }
+    }
+    const int64_t groups_end = c;
+    for (; c + 2 * n <= col1; c += 2 * n) {
+      const V16 first = encode(c, fast);
+      StoreCodes16x2(first, encode(c + n, fast), data + c);
+    }
+    for (; c + n <= col1; c += n) {
+      StoreCodes16(encode(c, fast), data + c);
+    }
+    const int64_t vectors_end = c;
+    // Re-checks the vectors in [c0, c1) and redoes the flagged ones.
+    const auto redo = [&](int64_t c0, int64_t c1) {
+      for (int64_t v = c0; v + n <= c1; v += n) {
+        const M16 slow =
+            SlowLanes16(Load16<kBf16>(x, base + v), hn::LoadU(d, slow_below + (v - col0)));
+        if (!hn::AllFalse(d, slow)) {
+          EncodeSlow16<kBf16, kFormat>(x, base + v, scales + (v - col0), 0, data + v);
+        }
+      }
+    };
+    if (HWY_UNLIKELY(all_groups)) {
+      redo(col0, groups_end);
+    } else {
+      for (int i = 0; i < num_flagged; ++i) redo(flagged[i], flagged[i] + kGroup * n);
+    }
+    if (HWY_UNLIKELY(AnySlow16(fast))) redo(groups_end, vectors_end);
+    for (; c < col1; ++c) {
+      data[c] = EncodeElement(kFormat,
+                              LoadScalar<kBf16>(x, base + c) * E8M0InverseScale(scales[c - col0]));
+    }
+  }
+  // The streamed codes reach memory before the strip is reported done (and the redos'
+  // ordinary stores above went after them to the same lines, in program order).
+  if constexpr (kStream) hwy::FlushStream();
+  next_strip = ahead;
+}
+#endif  // HWY_TARGET != HWY_SCALAR
+
+// Columnwise pass 1 for one row: amax[c] = max(amax[c], |x[row, col0 + c]|).
+template <bool kBf16>
+HWY_INLINE void AccumulateColumnAmax(const QuantSource& src, int64_t row, int64_t col0,
+                                     int64_t col1, int32_t* amax) {
+  const int64_t n = static_cast<int64_t>(hn::Lanes(DF()));
+  const int64_t base = row * src.cols;
+  int64_t c = col0;
+  for (; c + n <= col1; c += n) {
+    if ((c & 15) == 0) PrefetchAhead<kBf16>(src.x, base + c);  // once per 64-byte line or so
+    int32_t* a = amax + (c - col0);
+    hn::StoreU(hn::Max(hn::LoadU(DI(), a), AbsBits(LoadF<kBf16>(src.x, base + c))), DI(), a);
+  }
+  for (; c < col1; ++c) {
+    const int32_t v = static_cast<int32_t>(F32Bits(LoadScalar<kBf16>(src.x, base + c)) & kF32AbsMask);
+    amax[c - col0] = std::max(amax[c - col0], v);
+  }
+}
+
+// Columnwise pass 2: every element times its column's factor, encoded. A NaN column has
+// the factor NaN, which the non-finite encoder turns into 0x7F.
+template <bool kBf16, ElementFormat kFormat, bool kFinite>
+void EncodeColumnStrip(const QuantSource& src, const ColStrip& strip, ColwiseOut out,
+                       const float* mult) {
+  const int64_t n = static_cast<int64_t>(hn::Lanes(DF()));
+  for (int64_t r = strip.row0; r < strip.row0 + strip.num_rows; ++r) {
+    const int64_t base = r * src.cols;
+    uint8_t* data = out.data + base;
+    int64_t c = strip.col0;
+    for (; c + n <= strip.col1; c += n) {
+      const VF v = hn::Mul(LoadF<kBf16>(src.x, base + c), hn::LoadU(DF(), mult + (c - strip.col0)));
+      StoreCodes(EncodeV<kFormat, kFinite>(v), data + c);
+    }
+    for (; c < strip.col1; ++c) {
+      data[c] = EncodeElement(kFormat, LoadScalar<kBf16>(src.x, base + c) * mult[c - strip.col0]);
+    }
+  }
+}
+
+// The column amax of a strip: |bf16| bits in 16-bit lanes where the 16-bit encoder runs,
+// fp32 bits otherwise.
+template <bool kBf16>
+using ColumnAmax = std::conditional_t<kBf16 && k16, uint16_t, int32_t>;
+
+// A strip's per-column workspace (kernels.h: 16 bytes per column): amax, fp32 factors,
+// and the 16-bit encoder's subtrahends and thresholds.
+template <bool kBf16>
+struct StripWorkspace {
+  ColumnAmax<kBf16>* amax;
+  float* mult;
+  uint16_t* sub;
+  uint16_t* slow_below;
+  StripWorkspace(void* workspace, int64_t width)
+      : amax(static_cast<ColumnAmax<kBf16>*>(workspace)),
+        mult(reinterpret_cast<float*>(static_cast<char*>(workspace) + 4 * width)),
+        sub(reinterpret_cast<uint16_t*>(static_cast<char*>(workspace) + 8 * width)),
+        slow_below(reinterpret_cast<uint16_t*>(static_cast<char*>(workspace) + 10 * width)) {
+    std::fill(amax, amax + width, ColumnAmax<kBf16>{0});
+  }
+};
+
+// Columnwise pass 1 for one row, in the strip's amax type.
+template <bool kBf16>
+HWY_INLINE void AccumulateStripAmax(const QuantSource& src, int64_t row, int64_t col0,
+                                    int64_t col1, ColumnAmax<kBf16>* amax) {
+  if constexpr (std::is_same_v<ColumnAmax<kBf16>, uint16_t>) {
+#if HWY_TARGET != HWY_SCALAR
+    AccumulateColumnAmax16(src, row, col0, col1, amax);
+#endif
+  } else {
+    AccumulateColumnAmax<kBf16>(src, row, col0, col1, amax);
+  }
+}
+
+// Columnwise scales from the accumulated amax (a vector of them at a time), then pass 2
+// over the strip (now in cache).
+template <bool kBf16, ElementFormat kFormat, bool kSaturate>
+void FinishColumnStrip(const QuantSource& src, const ColStrip& strip, ColwiseOut out,
+                       const StripWorkspace<kBf16>& ws, NextStripPrefetch& ahead) {
+  const int64_t width = strip.col1 - strip.col0;
+  uint8_t* scales = out.scales + strip.scale_row * src.cols + strip.col0;
+  const DI di;
+  const int64_t n = static_cast<int64_t>(hn::Lanes(di));
+  const hn::Rebind<uint16_t, DI> d16;
+  auto any_nan = hn::FirstN(di, 0);
+  int64_t c = 0;
+  for (; c + n <= width; c += n) {
+    VI amax;
+    if constexpr (sizeof(ws.amax[0]) == 2) {
+      const auto a16 = hn::LoadU(d16, reinterpret_cast<const uint16_t*>(ws.amax) + c);
+      amax = hn::BitCast(di, hn::ShiftLeft<16>(hn::PromoteTo(DU(), a16)));
+    } else {
+      amax = hn::LoadU(di, reinterpret_cast<const int32_t*>(ws.amax) + c);
+    }
+    const VI b = ScalesV(src.scale_table, amax);
+    StoreLowBytes(hn::BitCast(DU(), b), scales + c);
+    any_nan = hn::Or(any_nan, hn::Eq(b, hn::Set(di, kE8M0NaN)));
+#if HWY_TARGET != HWY_SCALAR
+    VI sub, slow_below;
+    OffsetsV<kFormat>(b, sub, slow_below);
+    hn::StoreU(hn::TruncateTo(d16, hn::BitCast(DU(), sub)), d16, ws.sub + c);
+    hn::StoreU(hn::TruncateTo(d16, hn::BitCast(DU(), slow_below)), d16, ws.slow_below + c);
+#endif
+  }
+  bool nan_column = !hn::AllFalse(di, any_nan);
+  for (; c < width; ++c) {
+    const uint32_t amax_bits = static_cast<uint32_t>(ws.amax[c])
+                               << (sizeof(ws.amax[0]) == 2 ? 16 : 0);
+    scales[c] = BlockScale(src.rule, kFormat, amax_bits);
+    nan_column |= scales[c] == kE8M0NaN;
+#if HWY_TARGET != HWY_SCALAR
+    ws.sub[c] = Enc16<kFormat>::Sub(scales[c]);
+    ws.slow_below[c] = Enc16<kFormat>::SlowBelow(scales[c]);
+#endif
+  }
+  if (HWY_UNLIKELY(nan_column) || !k16) {
+    for (int64_t i = 0; i < width; ++i) ws.mult[i] = BlockMultiplier(scales[i]);
+    if (nan_column) {
+      EncodeColumnStrip<kBf16, kFormat, /*kFinite=*/false>(src, strip, out, ws.mult);
+    } else {
+      EncodeColumnStrip<kBf16, kFormat, /*kFinite=*/true>(src, strip, out, ws.mult);
+    }
+    return;
+  }
+#if HWY_TARGET != HWY_SCALAR
+  // The groups of the row loop start at col0 + a multiple of 2 * Lanes(D16()) bytes' worth
+  // of codes, so rows whose first column is aligned to that are aligned throughout.
+  const auto align = static_cast<uintptr_t>(2 * hn::Lanes(D16()));
+  const bool aligned = src.cols % static_cast<int64_t>(align) == 0 &&
+                       reinterpret_cast<uintptr_t>(out.data + strip.col0) % align == 0;
+  if (out.stream && aligned) {
+    EncodeColumnStrip16<kBf16, kFormat, kSaturate, true>(src, strip, out, scales, ws.sub,
+                                                         ws.slow_below, ahead);
+  } else {
+    EncodeColumnStrip16<kBf16, kFormat, kSaturate, false>(src, strip, out, scales, ws.sub,
+                                                          ws.slow_below, ahead);
+  }
+#endif
+}
+
+template <bool kBf16, ElementFormat kFormat, bool kSaturate>
+void ColwiseT(const QuantSource& src, const ColStrip& strip, ColwiseOut out, void* workspace) {
+  const StripWorkspace<kBf16> ws(workspace, strip.col1 - strip.col0);
+  NextStripPrefetch ahead(src, strip);
+  int64_t c = strip.col0;
+#if HWY_TARGET != HWY_SCALAR
+  {
+    // The amax of kChunk vectors of columns in registers down the strip's rows (16-bit
+    // lanes for bf16, fp32 bits for fp32), one store each, instead of a load and a store of
+    // the running amax per row and vector (f32 colwise 256 x 1024, one thread: see
+    // docs/decisions.md).
+    using DA = std::conditional_t<kBf16, D16, DI>;
+    constexpr int64_t kChunk = 8;
+    const DA da;
+    const int64_t n = static_cast<int64_t>(hn::Lanes(da));
+    for (; c + kChunk * n <= strip.col1; c += kChunk * n) {
+      hn::Vec<DA> acc[kChunk];
+      for (int64_t i = 0; i < kChunk; ++i) acc[i] = hn::Zero(da);
+      for (int64_t r = strip.row0; r < strip.row0 + strip.num_rows; ++r) {
+        const int64_t at = r * src.cols + c;
+        // Half the next strip's lines (NextStripPrefetch): a line each 2 lines read.
+        ahead.Issue<kChunk * static_cast<int64_t>(hn::MaxLanes(da) * sizeof(hn::TFromD<DA>)) /
+                    64 / 2>();
+        for (int64_t i = 0; i < kChunk; ++i) {
+          if constexpr (kBf16) {
+            acc[i] = hn::Max(acc[i], Abs16(Load16<true>(src.x, at + i * n)));
+          } else {
+            acc[i] = hn::Max(acc[i], AbsBits(LoadF<false>(src.x, at + i * n)));
+          }
+        }
+      }
+      for (int64_t i = 0; i < kChunk; ++i) hn::StoreU(acc[i], da, ws.amax + (c - strip.col0) + i * n);
+    }
+  }
+#endif
+  if (c < strip.col1) {
+    // The columns past the chunks (all of a narrow strip): half the next strip's lines, as
+    // above.
+    const int64_t rate = c == strip.col0 ? ahead.Rate(strip.num_rows, 1, 2) : 0;
+    for (int64_t r = strip.row0; r < strip.row0 + strip.num_rows; ++r) {
+      ahead.Issue(rate);
+      AccumulateStripAmax<kBf16>(src, r, c, strip.col1, ws.amax + (c - strip.col0));
+    }
+  }
+  FinishColumnStrip<kBf16, kFormat, kSaturate>(src, strip, out, ws, ahead);
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace mxtrain::internal
+HWY_AFTER_NAMESPACE();
+
+#endif  // MXTRAIN_QUANTIZE_COLWISE_INL_H_

@@ -1,0 +1,138 @@
+// The dual-axis kernel: rowwise and columnwise from one read of each strip.
+// One of the quantizer's kernel families (quantize_simd.cc compiles them for every target):
+// included once per Highway target, hence the toggling guard of Highway's own -inl.h files.
+#if defined(MXTRAIN_QUANTIZE_DUAL_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef MXTRAIN_QUANTIZE_DUAL_INL_H_
+#undef MXTRAIN_QUANTIZE_DUAL_INL_H_
+#else
+#define MXTRAIN_QUANTIZE_DUAL_INL_H_
+#endif
+
+#include <hwy/highway.h>
+#include <type_traits>
+
+#include "quantize/colwise-inl.h"
+#include "quantize/encode-inl.h"
+#include "quantize/encode16-inl.h"
+#include "quantize/prefetch-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace mxtrain::internal {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// Whether DualBlockAmax returns 16-bit maxima (bf16 on the 16-bit path) rather than fp32
+// bits; DualAmaxBits turns either into fp32 bits per lane.
+template <bool kBf16>
+constexpr bool kDualRaw16 = std::is_same_v<ColumnAmax<kBf16>, uint16_t>;
+
+template <bool kBf16>
+HWY_INLINE VI DualAmaxBits(VI amax) {
+#if HWY_TARGET != HWY_SCALAR
+  if constexpr (kDualRaw16<kBf16>) return PairMaxBits(hn::BitCast(D16(), amax));
+#endif
+  return amax;
+}
+
+// One full row block of the dual kernel at `index`: its elements' magnitudes folded into
+// the column amax `col_amax`, and the block's own amax returned per lane (kDualRaw16: as
+// 16-bit maxima, else as fp32 bits).
+template <bool kBf16>
+HWY_INLINE VI DualBlockAmax(const QuantSource& src, int64_t index, ColumnAmax<kBf16>* col_amax) {
+  if constexpr (std::is_same_v<ColumnAmax<kBf16>, uint16_t>) {
+#if HWY_TARGET != HWY_SCALAR
+    const D16 d;
+    const size_t n = hn::Lanes(d);
+    V16 row_amax = hn::Zero(d);
+    for (size_t i = 0; i < kBlockVecs16; ++i) {
+      const V16 a = Abs16(Load16<true>(src.x, index + static_cast<int64_t>(i * n)));
+      row_amax = hn::Max(row_amax, a);
+      uint16_t* ca = col_amax + i * n;
+      hn::StoreU(hn::Max(hn::LoadU(d, ca), a), d, ca);
+    }
+    return hn::BitCast(DI(), row_amax);
+#endif
+  } else {
+    const size_t n = hn::Lanes(DF());
+    VI row_amax = hn::Zero(DI());
+    for (size_t i = 0; i < kBlockVecs; ++i) {
+      const VI a = AbsBits(LoadF<kBf16>(src.x, index + static_cast<int64_t>(i * n)));
+      row_amax = hn::Max(row_amax, a);
+      int32_t* ca = col_amax + i * n;
+      hn::StoreU(hn::Max(hn::LoadU(DI(), ca), a), DI(), ca);
+    }
+    return row_amax;
+  }
+}
+
+// Both axes from one read of the strip: each row's blocks are quantized rowwise while the
+// column amax accumulates (kLanes blocks at a time, sharing one transposing reduction of
+// their amax); the columnwise pass then re-reads the strip from cache.
+template <bool kBf16, ElementFormat kFormat, bool kSaturate>
+void DualT(const QuantSource& src, const ColStrip& strip, RowwiseOut row_out, ColwiseOut col_out,
+           void* workspace) {
+  const StripWorkspace<kBf16> ws(workspace, strip.col1 - strip.col0);
+  NextStripPrefetch ahead(src, strip);
+  constexpr size_t kLanes = hn::MaxLanes(DI());
+  constexpr int64_t kBatchCols = static_cast<int64_t>(kLanes) * kBlock;
+  const int64_t blocks_per_row = (src.cols + kBlock - 1) / kBlock;
+  // Three quarters of the next strip's lines during the row pass, the longer of the two
+  // (of 1/2, 3/4 and all, 3/4 was best for f32 and as good as all for bf16).
+  constexpr int64_t kAheadLines = kBatchCols * (kBf16 ? 2 : 4) * 3 / 4 / 64;
+  for (int64_t r = strip.row0; r < strip.row0 + strip.num_rows; ++r) {
+    const int64_t base = r * src.cols;
+    uint8_t* row_scales = row_out.scales + r * blocks_per_row;
+    int64_t c = strip.col0;
+    for (; c + kBatchCols <= strip.col1; c += kBatchCols) {
+      ahead.Issue<kAheadLines>();
+      VI block_amax[kLanes];
+      for (size_t j = 0; j < kLanes; ++j) {
+        const int64_t at = c + static_cast<int64_t>(j) * kBlock;
+        PrefetchAhead<kBf16>(src.x, base + at);
+        block_amax[j] = DualBlockAmax<kBf16>(src, base + at, ws.amax + (at - strip.col0));
+      }
+      const VI b = ScalesV(src.scale_table,
+                           DualAmaxBits<kBf16>(TransposeMax<kLanes, kDualRaw16<kBf16>>(block_amax)));
+      uint8_t* scales = row_scales + c / kBlock;
+#if HWY_TARGET != HWY_SCALAR
+      EncodeBatch16<kBf16, kFormat, kSaturate>(src, base + c, b, row_out.data + base + c, scales);
+#else
+      hn::StoreU(hn::TruncateTo(hn::Rebind<uint8_t, DI>(), hn::BitCast(DU(), b)),
+                 hn::Rebind<uint8_t, DI>(), scales);
+      for (size_t j = 0; j < kLanes; ++j) {
+        const int64_t at = c + static_cast<int64_t>(j) * kBlock;
+        VF vecs[kBlockVecs];
+        for (size_t i = 0; i < kBlockVecs; ++i) {
+          vecs[i] = LoadF<kBf16>(src.x, base + at + static_cast<int64_t>(i * hn::Lanes(DF())));
+        }
+        EncodeBlock<kFormat>(vecs, scales[j], row_out.data + base + at);
+      }
+#endif
+    }
+    for (; c + kBlock <= strip.col1; c += kBlock) {
+      PrefetchAhead<kBf16>(src.x, base + c);
+      const VI row_amax =
+          DualAmaxBits<kBf16>(DualBlockAmax<kBf16>(src, base + c, ws.amax + (c - strip.col0)));
+      uint8_t* scale = row_scales + c / kBlock;
+      *scale = BlockScale(src.rule, kFormat,
+                          static_cast<uint32_t>(hn::GetLane(hn::MaxOfLanes(DI(), row_amax))));
+      VF vecs[kBlockVecs];
+      for (size_t i = 0; i < kBlockVecs; ++i) {
+        vecs[i] = LoadF<kBf16>(src.x, base + c + static_cast<int64_t>(i * hn::Lanes(DF())));
+      }
+      EncodeBlock<kFormat>(vecs, *scale, row_out.data + base + c);
+    }
+    if (c < strip.col1) {  // the row's partial last block (col1 == cols here)
+      AccumulateStripAmax<kBf16>(src, r, c, strip.col1, ws.amax + (c - strip.col0));
+      PartialBlock<kBf16, kFormat>(src, base + c, strip.col1 - c, row_out.data + base + c,
+                                   row_scales + c / kBlock);
+    }
+  }
+  FinishColumnStrip<kBf16, kFormat, kSaturate>(src, strip, col_out, ws, ahead);
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace mxtrain::internal
+HWY_AFTER_NAMESPACE();
+
+#endif  // MXTRAIN_QUANTIZE_DUAL_INL_H_
