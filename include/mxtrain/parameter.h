@@ -14,6 +14,7 @@
 // (liveness()): entries of a parameter that is gone can never hit and are dropped.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -33,14 +34,15 @@ class Parameter {
   const Shape& shape() const { return value_.shape(); }
   const std::string& name() const { return name_; }
   uint64_t id() const { return id_; }
-  uint64_t version() const { return version_; }
+  uint64_t version() const { return version_.load(std::memory_order_relaxed); }
   bool requires_grad() const { return requires_grad_; }
   void set_requires_grad(bool v) { requires_grad_ = v; }
 
   // Call after changing value()'s bytes in place.
-  void MarkModified() { ++version_; }
+  void MarkModified() { version_.fetch_add(1, std::memory_order_relaxed); }
   // For frameworks that count versions themselves; a different value counts as modified.
-  void SetVersion(uint64_t version) { version_ = version; }
+  // Atomic: threads sharing a layer mirror the same counter before their calls.
+  void SetVersion(uint64_t version) { version_.store(version, std::memory_order_relaxed); }
   // Expires when this parameter is destroyed (what caches watch).
   std::weak_ptr<const void> liveness() const { return alive_; }
 
@@ -56,7 +58,7 @@ class Parameter {
   Tensor value_;
   std::string name_;
   uint64_t id_;
-  uint64_t version_ = 0;
+  std::atomic<uint64_t> version_{0};
   bool requires_grad_;
   Tensor main_grad_;
   std::shared_ptr<const char> alive_ = std::make_shared<const char>(0);

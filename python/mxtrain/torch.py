@@ -275,7 +275,10 @@ class _MxModule(nn.Module):
 class MxLinear(_MxModule):
     """nn.Linear with MXFP8 GEMMs: y = x . W^T + b for x [..., in_features] (CPU, fp32 or
     bf16; y has x's dtype). weight [out_features, in_features] and bias are torch
-    Parameters (fp32 by default; .to(torch.bfloat16) works), initialized as nn.Linear's."""
+    Parameters (fp32 by default; .to(torch.bfloat16) works), initialized as nn.Linear's.
+    With reuse_quantized_weight=True, a write through weight.data (an EMA swap) must be
+    followed by mxtrain.torch.invalidate(layer): torch's version counter does not see it
+    (module docstring)."""
 
     _op_type = _C.Linear
 
@@ -311,7 +314,8 @@ class MxGroupedLinear(_MxModule):
     Y_e = X_e . W[e]^T + b[e]. weight [num_experts, out_features, in_features], bias
     [num_experts, out_features]. Called as layer(x, group_list, group_list_type) with x
     [M, in_features] and group_list the E cumulative group ends ("cumsum") or sizes
-    ("counts"), a sequence or an integer tensor."""
+    ("counts"), a sequence or an integer tensor. The weight cache's contract is
+    MxLinear's: after a write through .data, call mxtrain.torch.invalidate(layer)."""
 
     _op_type = _C.GroupedLinear
 

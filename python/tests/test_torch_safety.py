@@ -276,3 +276,18 @@ def test_option_checks():
                 mxt.MxLinear(64, 48, **{flag: bad})
     with pytest.raises(TypeError, match="reuse_quantized_weight"):
         mxt.convert(nn.Linear(8, 8), reuse_quantized_weight="true")
+
+
+def test_cache_drops_the_entries_of_a_collected_or_rebound_layer():
+    import gc
+    torch.manual_seed(20)
+    layer = mxt.MxLinear(64, 48, reuse_quantized_weight=True)
+    x = torch.randn(40, 64)
+    layer(x).sum().backward()
+    assert mxt.weight_cache_stats()["entries"] == 2  # rowwise and columnwise
+    layer.weight = nn.Parameter(layer.weight.detach().clone())  # rebound: a new weight
+    layer(x).sum().backward()
+    assert mxt.weight_cache_stats()["entries"] == 2  # only the bound one's layouts
+    del layer
+    gc.collect()
+    assert mxt.weight_cache_stats()["entries"] == 0
