@@ -282,7 +282,7 @@ def test_cache_drops_the_entries_of_a_collected_or_rebound_layer():
     import gc
     torch.manual_seed(20)
     layer = mxt.MxLinear(64, 48, reuse_quantized_weight=True)
-    x = torch.randn(40, 64)
+    x = torch.randn(40, 64, requires_grad=True)  # dx wanted: both weight layouts are made
     layer(x).sum().backward()
     assert mxt.weight_cache_stats()["entries"] == 2  # rowwise and columnwise
     layer.weight = nn.Parameter(layer.weight.detach().clone())  # rebound: a new weight
