@@ -135,8 +135,7 @@ double ParsePositiveDouble(std::string_view text, std::string_view what) {
   return v;
 }
 
-std::pair<int64_t, int64_t> ParseShape2(std::string_view text, std::string_view what,
-                                        int64_t max) {
+std::pair<int64_t, int64_t> ParseShape2(std::string_view text, std::string_view what, int64_t max) {
   const size_t x = text.find('x');
   MXTRAIN_CHECK(x != std::string_view::npos, what, " must look like 4096x4096, got '", text, "'");
   return {ParseInt(text.substr(0, x), what, 1, max), ParseInt(text.substr(x + 1), what, 1, max)};

@@ -52,10 +52,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
   }
   try {
-    const ParsedArgs args = ParsedArgs::Parse(
-        argv, "mxtrain fuzz",
-        {{"m"}, {"threads"}, {"group-list"}, {"group-list-type"}, {"shape"}, {"lr"},
-         {"verbose", false}});
+    const ParsedArgs args = ParsedArgs::Parse(argv, "mxtrain fuzz",
+                                              {{"m"},
+                                               {"threads"},
+                                               {"group-list"},
+                                               {"group-list-type"},
+                                               {"shape"},
+                                               {"lr"},
+                                               {"verbose", false}});
     Values(args);
   } catch (const Error&) {
   }

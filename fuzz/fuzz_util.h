@@ -15,8 +15,8 @@ namespace mxtrain::fuzz {
 // A per-process temporary path with the given suffix (".npy").
 inline std::string TempPath(const char* suffix) {
   const char* dir = std::getenv("TMPDIR");
-  return std::string(dir != nullptr ? dir : "/tmp") + "/mxtrain_fuzz_" +
-         std::to_string(getpid()) + suffix;
+  return std::string(dir != nullptr ? dir : "/tmp") + "/mxtrain_fuzz_" + std::to_string(getpid()) +
+         suffix;
 }
 
 // Writes data to path (overwriting); aborts when it cannot, which is no finding of ours.

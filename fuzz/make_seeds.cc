@@ -71,7 +71,10 @@ int main(int argc, char** argv) {
       R"("tab\t nl\n quote\" slash\/ back\\ u\u00e9 pair\ud83d\ude00")",
       R"([0, -0, 1e308, -1e-308, 9007199254740993, 0.1, 123456789012345678901234567890])",
       R"({"__metadata__": {"k": "v"}, "w": {"dtype": "F32", "shape": [2, 3], "data_offsets": [0, 24]}})",
-      "[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]", "\"\"", "{}", "true"};
+      "[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]",
+      "\"\"",
+      "{}",
+      "true"};
   for (size_t i = 0; i < texts.size(); ++i) {
     Text(root / "json", "seed" + std::to_string(i) + ".json", texts[i]);
   }

@@ -11,8 +11,13 @@ namespace mxtrain::fuzz {
 
 // Small enough that a checkpoint of it is a few hundred bytes.
 inline ModelConfig SeedConfig() {
-  return ModelConfig{.d_model = 8, .n_layers = 1, .n_heads = 2, .n_experts = 2, .top_k = 1,
-                     .d_ff = 8, .context = 4};
+  return ModelConfig{.d_model = 8,
+                     .n_layers = 1,
+                     .n_heads = 2,
+                     .n_experts = 2,
+                     .top_k = 1,
+                     .d_ff = 8,
+                     .context = 4};
 }
 
 inline const std::vector<internal::ParamSpec>& SeedParams() {

@@ -162,8 +162,7 @@ TEST(OpContract, ThreadsSharingOneLayerGetTheGradientsTheyAskedFor) {
     Forwarded f = fc->Forward(x);
     const Grads g = fc->Backward(dy, std::move(f.ctx));
     ASSERT_TRUE(g.dw.defined() && g.db.defined() && g.dx.defined()) << "step " << i;
-    ASSERT_TRUE(BytesEqual(g.dw, want.dw) && BytesEqual(g.db, want.db) &&
-                BytesEqual(g.dx, want.dx))
+    ASSERT_TRUE(BytesEqual(g.dw, want.dw) && BytesEqual(g.db, want.db) && BytesEqual(g.dx, want.dx))
         << "step " << i;
   }
   stop = true;

@@ -66,9 +66,8 @@ uint64_t Checksum(const Tensor& t) {
 void CheckUnchanged(const LayerView& l, const Tensor& t, uint64_t want, const char* what) {
   const uint64_t got = Checksum(t);
   MXTRAIN_CHECK(got == want, l.op, " (weight '", l.weight->name(), "'): the ", what,
-                " a deferred backward reads was modified in place between forward and "
-                "backward (checksum ", want, " -> ", got, "); the backward would not use the "
-                "values the forward used");
+                " a deferred backward reads was modified in place between forward and backward",
+                " (checksum ", want, " -> ", got, "); the backward would not use its values");
 }
 #endif
 
@@ -305,8 +304,8 @@ Grads LinearBackward(const LayerView& layer, const Tensor& dy, OpContext ctx) {
   MXTRAIN_CHECK(st != nullptr, layer.op, " (weight '", layer.weight->name(),
                 "'): backward needs the context of a forward that saved for it (none given, "
                 "or no gradient was wanted)");
-  MXTRAIN_CHECK(st->weight_id == layer.weight->id(), layer.op, " (weight '",
-                layer.weight->name(), "', id ", layer.weight->id(),
+  MXTRAIN_CHECK(st->weight_id == layer.weight->id(), layer.op, " (weight '", layer.weight->name(),
+                "', id ", layer.weight->id(),
                 "): backward got the context of a forward of another layer (weight id ",
                 st->weight_id, ")");
   // The forward call's threads and cache choice, not whatever the layer says now.

@@ -39,8 +39,8 @@ void WeightQuantCache::StoreLocked(const Parameter& p, const Key& key, MxTensor 
   // Entries of older versions of this parameter can never hit again; nor can those of
   // parameters that are gone.
   for (auto it = entries_.begin(); it != entries_.end();) {
-    const bool stale = (it->first.id == key.id && it->first.version != key.version) ||
-                       it->second.alive.expired();
+    const bool stale =
+        (it->first.id == key.id && it->first.version != key.version) || it->second.alive.expired();
     it = stale ? entries_.erase(it) : std::next(it);
   }
   ++misses_;

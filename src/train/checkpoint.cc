@@ -34,8 +34,8 @@ CheckpointState ReadCheckpoint(const std::string& path, const ModelConfig& confi
   MXTRAIN_CHECK(fmt != f.metadata.end() && fmt->second == "mxtrain-checkpoint-1", "checkpoint '",
                 path, "' is not an mxtrain training checkpoint");
   const ModelConfig saved = ModelConfig::FromMetadata(f.metadata);
-  MXTRAIN_CHECK(saved == config, "checkpoint '", path, "' holds a model with ",
-                saved.ToString(), ", this run's model has ", config.ToString());
+  MXTRAIN_CHECK(saved == config, "checkpoint '", path, "' holds a model with ", saved.ToString(),
+                ", this run's model has ", config.ToString());
   std::map<std::string, Tensor> by_name;
   for (NamedTensor& t : f.tensors) by_name[t.name] = std::move(t.tensor);
   CheckpointState s;
