@@ -18,8 +18,8 @@ Options mirror the seed's (MindSpeed's MXFP8 matmul and grouped matmul):
   scale                  E8M0 scale rule: "rceil" (default), "floor", "ceil", "even"
   input_policy,
   weight_policy          what the forward keeps for the backward: "quantized" (the
-                         columnwise FP8 copy) or "deferred" (a reference to the
-                         high-precision tensor, quantized in the backward)
+                         columnwise FP8 copy; the default) or "deferred" (a reference to
+                         the high-precision tensor, quantized in the backward)
   defer_backward_quant   the seed's --mxfp8-defer-backward-quant: both policies deferred
   reuse_quantized_weight the seed's --fp8-reuse-quantized-weight: each weight is quantized
                          at most once per layout per optimizer step (attach() clears the
