@@ -1,9 +1,12 @@
 #include "args.h"
 
 #include <charconv>
+#include <cmath>
 #include <cstdio>
 #include <exception>
 #include <new>
+#include <stdexcept>
+#include <string>
 
 #include "mxtrain/error.h"
 
@@ -116,6 +119,26 @@ std::vector<int64_t> ParseIntList(std::string_view text, std::string_view what) 
     begin = comma + 1;
   }
   return values;
+}
+
+double ParsePositiveDouble(std::string_view text, std::string_view what) {
+  const std::string s(text);
+  size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(s, &used);
+  } catch (const std::logic_error&) {
+    used = 0;
+  }
+  MXTRAIN_CHECK(used == s.size() && std::isfinite(v) && v > 0, what, " value '", text,
+                "' is not a positive number");
+  return v;
+}
+
+std::pair<int64_t, int64_t> ParseShape2(std::string_view text, std::string_view what, int64_t max) {
+  const size_t x = text.find('x');
+  MXTRAIN_CHECK(x != std::string_view::npos, what, " must look like 4096x4096, got '", text, "'");
+  return {ParseInt(text.substr(0, x), what, 1, max), ParseInt(text.substr(x + 1), what, 1, max)};
 }
 
 void PrintError(std::string_view message) {

@@ -10,6 +10,7 @@
 #include <map>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace mxtrain::cli {
@@ -50,6 +51,11 @@ int64_t ParseInt(std::string_view text, std::string_view what, int64_t min, int6
 // "N1,N2,...": comma-separated decimal integers (signs allowed, so that the library can
 // name a negative count), at least one.
 std::vector<int64_t> ParseIntList(std::string_view text, std::string_view what);
+
+// A finite number > 0 written in full ("3e-3"); what names the value in the error.
+double ParsePositiveDouble(std::string_view text, std::string_view what);
+// "MxK": two decimal integers in [1, max] joined by 'x' ("4096x1024").
+std::pair<int64_t, int64_t> ParseShape2(std::string_view text, std::string_view what, int64_t max);
 
 // Runs body and turns an Error (or any exception) into "mxtrain: error: <message>" on one
 // line of stderr and exit code 2.

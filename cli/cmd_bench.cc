@@ -5,6 +5,7 @@
 #include <iostream>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "args.h"
@@ -80,11 +81,7 @@ int RunQuantizeBench(const ParsedArgs& args) {
   }
   int64_t m = 0, k = 0;
   if (args.Has("shape")) {
-    const std::string s = args.Get("shape");
-    const size_t x = s.find('x');
-    MXTRAIN_CHECK(x != std::string::npos, "--shape must look like 4096x4096, got '", s, "'");
-    m = ParseInt(s.substr(0, x), "--shape", 1, 1 << 20);
-    k = ParseInt(s.substr(x + 1), "--shape", 1, 1 << 20);
+    std::tie(m, k) = ParseShape2(args.Get("shape"), "--shape", 1 << 20);
   }
   const CodeStores stores = ParseCodeStores(args.Get("code-stores", "auto"));
   if (args.Has("simd")) ForceSimdTarget(args.Get("simd"));

@@ -73,19 +73,6 @@ struct RunSpec {
   Recipe recipe;
 };
 
-double ParseDouble(const std::string& text, const char* what) {
-  size_t used = 0;
-  double v = 0;
-  try {
-    v = std::stod(text, &used);
-  } catch (const std::logic_error&) {
-    used = 0;
-  }
-  MXTRAIN_CHECK(used == text.size() && std::isfinite(v) && v > 0, what, " value '", text,
-                "' is not a positive number");
-  return v;
-}
-
 std::vector<RunSpec> RunSpecs(const ParsedArgs& args) {
   std::optional<RecipeFormats> formats;
   std::optional<ScaleRule> scale;
@@ -231,7 +218,7 @@ int Train(const ParsedArgs& args) {
       ParseInt(args.Get("checkpoint-every", "0"), "--checkpoint-every", 0, 10000000);
   base.stop_after = ParseInt(args.Get("stop-after", "0"), "--stop-after", 0, 10000000);
   base.eval_every = ParseInt(args.Get("eval-every", "50"), "--eval-every", 0, 10000000);
-  base.lr.peak_lr = ParseDouble(args.Get("lr", "3e-3"), "--lr");
+  base.lr.peak_lr = ParsePositiveDouble(args.Get("lr", "3e-3"), "--lr");
   base.lr.min_lr = base.lr.peak_lr / 10;
   base.lr.warmup_steps = ParseInt(args.Get("warmup", "20"), "--warmup", 0, 10000000);
 

@@ -5,7 +5,9 @@
 #   bash scripts/quickstart.sh test   set up, build (dev: ASan + UBSan) and run every test,
 #                                     then the release build's tests including the
 #                                     exhaustive encoder check, then the Python package's
-#                                     tests against `pip install .` in build/venv
+#                                     tests against `pip install .` in build/venv, and
+#                                     last a bounded run of each fuzz target (50 s each,
+#                                     clang + libFuzzer, ASan + UBSan; docs/fuzzing.md)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -35,6 +37,7 @@ case "$mode" in
     fi
     CMAKE_BUILD_PARALLEL_LEVEL="$jobs" build/venv/bin/pip install -q .
     (cd build && MXTRAIN_CLI="$PWD/release/mxtrain" venv/bin/python -m pytest -q ../python/tests)
+    bash fuzz/run.sh 50
     ;;
   *)
     echo "usage: bash scripts/quickstart.sh run|test" >&2

@@ -19,6 +19,10 @@ packages=(
   python3-pytest
   python3-torch    # PyTorch 1.13 (mxtrain.torch; PyTorch 2.x from pip works as well)
   pybind11-dev
+  # The fuzz targets (fuzz/, docs/fuzzing.md): clang and its runtime, which holds libFuzzer
+  # and the sanitizers' clang builds.
+  clang-14
+  libclang-rt-14-dev
 )
 
 missing=()

@@ -17,6 +17,19 @@
 // gradient (wgrad reads it), W's only when X does (dgrad), dY's layouts likewise, and
 // nothing at all when no gradient is wanted. With MXFP8 off the same op runs HpGemm
 // (hp_gemm.h) in bf16 or fp32 and saves the operands it rounded.
+//
+// A layer is shared, a call is not: what one call needs (which gradients, whether the
+// weight cache may serve it, how many threads) travels in its CallOptions and then in its
+// OpContext, never in the layer or its parameters, so threads may share one layer, one
+// training and another evaluating.
+//
+// The rules of a context (each broken one is an Error naming the layer's weight):
+//   - Backward takes the context of a Forward of the same layer, once.
+//   - Between Forward and Backward, the tensors a deferred policy references (the input
+//     x, the weight's value) must not change. A weight changed through its Parameter
+//     (MarkModified / SetVersion) is always caught; any other in-place write to them is
+//     caught by the debug build (NDEBUG unset, the dev preset), which keeps a checksum of
+//     each referenced tensor and compares it in Backward. Release builds skip that pass.
 #pragma once
 
 #include <cstdint>
@@ -43,6 +56,20 @@ struct OpOptions {
   int threads = 0;  // 0: all cores
 };
 
+// What one Forward call needs; its Backward inherits it through the context.
+struct CallOptions {
+  bool input_requires_grad = true;  // whether the backward returns dx
+  // Whether the backward returns dW / db; unset: the parameter's requires_grad().
+  std::optional<bool> weight_requires_grad;
+  std::optional<bool> bias_requires_grad;
+  // Whether the recipe's weight cache may serve and store this call's weight layouts.
+  // False for a call whose weight may not be the one later training calls see under the
+  // same version (an evaluation with swapped-in weights): it quantizes afresh and the
+  // cache is left as it was.
+  bool use_weight_cache = true;
+  int threads = -1;  // < 0: the layer's OpOptions::threads
+};
+
 struct Grads {
   Tensor dx;  // in x's shape and dtype; undefined unless the input needed a gradient
   Tensor dw;  // weight's shape: in its dtype, or its main_grad (f32) when accumulating
@@ -65,12 +92,16 @@ class OpContext {
 
   // False when the forward saved nothing (no gradient was wanted) or Backward used it.
   bool defined() const;
+  // True once the context has handed what it held to a Backward (or to another context
+  // by a move): a second Backward on it is an error that says so.
+  bool spent() const { return spent_; }
   // The bytes this context holds for the backward (saved.h).
   SavedMemory saved_memory() const;
 
  private:
   friend struct internal::OpAccess;
   std::unique_ptr<internal::OpState> state_;
+  bool spent_ = false;
 };
 
 struct Forwarded {
@@ -112,11 +143,12 @@ class Linear : public LinearParams {
          OpOptions options = {});
 
   // y [..., N] = x [..., K] . W^T + b; x is f32 or bf16 of rank >= 2, y has its dtype.
-  // input_requires_grad: whether the backward must return dx.
+  Forwarded Forward(const Tensor& x, const CallOptions& call) const;
+  // input_requires_grad: whether the backward must return dx; the rest as CallOptions{}.
   Forwarded Forward(const Tensor& x, bool input_requires_grad = true) const;
-  // Gradients for dy [..., N] (x's leading shape, y's dtype). Throws Error if ctx is empty
-  // or used, dy's shape does not match, or the weight changed in place since a forward
-  // that deferred it (its quantization would no longer match the forward's).
+  // Gradients for dy [..., N] (x's leading shape, y's dtype), with the forward call's
+  // options. Throws Error if ctx is empty, spent or another layer's, dy's shape does not
+  // match, or a tensor the forward deferred changed in place since (see the rules above).
   Grads Backward(const Tensor& dy, OpContext ctx) const;
 
   int64_t in_features() const { return weight().shape()[1]; }

@@ -6,7 +6,10 @@
 // Key: the parameter's identity and version (parameter.h), the blocked axis, the element
 // format and the scale rule. A layout never hits another layout's entry; an in-place update
 // (MarkModified) changes the version, so the old entries can never hit again and are
-// dropped when the new version is first stored. The optimizer step calls Clear().
+// dropped when the new version is first stored. Entries of a destroyed parameter are
+// dropped at the next store, lookup or stats() (the cache watches Parameter::liveness()),
+// so the cache holds at most one version per live parameter and layout, whether or not
+// the optimizer step calls Clear(), as it should.
 //
 // Entries are MX tensors of category kWeightCache. A backward that took an entry keeps
 // its own reference, so Clear() never pulls data from under a pending backward; and the
@@ -15,6 +18,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <tuple>
 
@@ -48,6 +52,8 @@ class WeightQuantCache {
 
   // Drops every entry (the optimizer step). Hit and miss counts stay.
   void Clear();
+  // Drops p's entries (its value changed in a way its version does not show).
+  void Forget(const Parameter& p);
   void ResetStats();
   WeightCacheStats stats() const;
 
@@ -61,13 +67,19 @@ class WeightQuantCache {
     auto Tie() const { return std::tie(id, version, axis, format, rule); }
     bool operator<(const Key& o) const { return Tie() < o.Tie(); }
   };
+  struct Entry {
+    MxTensor t;
+    std::weak_ptr<const void> alive;  // the parameter's liveness()
+  };
   static Key KeyOf(const Parameter& p, BlockAxis axis, const QuantizeOptions& q);
   // The entry for key, or nullptr. Counts a hit when found.
   const MxTensor* FindLocked(const Key& key);
-  void StoreLocked(const Key& key, MxTensor t);
+  void StoreLocked(const Parameter& p, const Key& key, MxTensor t);
+  // Drops the entries of destroyed parameters.
+  void PruneLocked() const;
 
   mutable std::mutex mutex_;
-  std::map<Key, MxTensor> entries_;
+  mutable std::map<Key, Entry> entries_;
   int64_t hits_ = 0;
   int64_t misses_ = 0;
 };

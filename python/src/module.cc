@@ -145,6 +145,17 @@ std::optional<T> OptionalParse(const std::optional<std::string>& s, T (*parse)(s
   return parse(*s);
 }
 
+CallOptions Call(bool input_requires_grad, std::optional<bool> weight_requires_grad,
+                 std::optional<bool> bias_requires_grad, bool use_weight_cache, int threads) {
+  CallOptions c;
+  c.input_requires_grad = input_requires_grad;
+  c.weight_requires_grad = weight_requires_grad;
+  c.bias_requires_grad = bias_requires_grad;
+  c.use_weight_cache = use_weight_cache;
+  c.threads = threads;
+  return c;
+}
+
 // A layer's forward, run with the GIL released: (y, ctx).
 template <typename Fn>
 py::tuple Forward(Fn&& forward) {
@@ -341,6 +352,7 @@ PYBIND11_MODULE(_C, m) {
 
   py::class_<OpContext>(m, "OpContext")
       .def_property_readonly("defined", &OpContext::defined)
+      .def_property_readonly("spent", &OpContext::spent)
       .def_property_readonly("saved_memory", [](const OpContext& c) {
         const SavedMemory s = c.saved_memory();
         py::dict d;
@@ -349,21 +361,37 @@ PYBIND11_MODULE(_C, m) {
         return d;
       });
 
+  // forward(x, [groups,] input_requires_grad, weight_requires_grad, bias_requires_grad,
+  // use_weight_cache, threads): every per-call choice is an argument (CallOptions), never
+  // state on the shared layer or parameters, so threads may share a layer.
   BindLayer<Linear>(m, "Linear")
       .def(
           "forward",
-          [](const Linear& l, const Tensor& x, bool input_requires_grad) {
-            return Forward([&] { return l.Forward(x, input_requires_grad); });
+          [](const Linear& l, const Tensor& x, bool input_requires_grad,
+             std::optional<bool> weight_requires_grad, std::optional<bool> bias_requires_grad,
+             bool use_weight_cache, int threads) {
+            const CallOptions c = Call(input_requires_grad, weight_requires_grad,
+                                       bias_requires_grad, use_weight_cache, threads);
+            return Forward([&] { return l.Forward(x, c); });
           },
-          py::arg("x"), py::arg("input_requires_grad") = true);
+          py::arg("x"), py::arg("input_requires_grad") = true,
+          py::arg("weight_requires_grad") = std::nullopt,
+          py::arg("bias_requires_grad") = std::nullopt, py::arg("use_weight_cache") = true,
+          py::arg("threads") = -1);
   BindLayer<GroupedLinear>(m, "GroupedLinear")
       .def(
           "forward",
           [](const GroupedLinear& l, const Tensor& x, const GroupList& groups,
-             bool input_requires_grad) {
-            return Forward([&] { return l.Forward(x, groups, input_requires_grad); });
+             bool input_requires_grad, std::optional<bool> weight_requires_grad,
+             std::optional<bool> bias_requires_grad, bool use_weight_cache, int threads) {
+            const CallOptions c = Call(input_requires_grad, weight_requires_grad,
+                                       bias_requires_grad, use_weight_cache, threads);
+            return Forward([&] { return l.Forward(x, groups, c); });
           },
-          py::arg("x"), py::arg("groups"), py::arg("input_requires_grad") = true);
+          py::arg("x"), py::arg("groups"), py::arg("input_requires_grad") = true,
+          py::arg("weight_requires_grad") = std::nullopt,
+          py::arg("bias_requires_grad") = std::nullopt, py::arg("use_weight_cache") = true,
+          py::arg("threads") = -1);
 
   m.def("weight_cache_stats", [] {
     const WeightCacheStats s = WeightQuantCache::Global().stats();
@@ -375,6 +403,9 @@ PYBIND11_MODULE(_C, m) {
     return d;
   });
   m.def("weight_cache_clear", [] { WeightQuantCache::Global().Clear(); });
+  m.def(
+      "weight_cache_forget", [](const Parameter& p) { WeightQuantCache::Global().Forget(p); },
+      py::arg("parameter"));
   m.def("weight_cache_reset_stats", [] { WeightQuantCache::Global().ResetStats(); });
   m.def("memory", &MemoryDict);
   m.def("reset_memory_peaks", &ResetMemoryPeaks);

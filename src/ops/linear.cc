@@ -10,8 +10,18 @@ namespace mxtrain {
 
 OpContext::OpContext() = default;
 OpContext::~OpContext() = default;
-OpContext::OpContext(OpContext&&) noexcept = default;
-OpContext& OpContext::operator=(OpContext&&) noexcept = default;
+// A context that hands its state on is spent: a second Backward on it says so.
+OpContext::OpContext(OpContext&& o) noexcept : state_(std::move(o.state_)), spent_(o.spent_) {
+  if (state_ != nullptr) o.spent_ = true;
+}
+OpContext& OpContext::operator=(OpContext&& o) noexcept {
+  if (this != &o) {
+    state_ = std::move(o.state_);
+    spent_ = o.spent_;
+    if (state_ != nullptr) o.spent_ = true;
+  }
+  return *this;
+}
 
 bool OpContext::defined() const { return state_ != nullptr; }
 
@@ -27,8 +37,17 @@ std::shared_ptr<Parameter> NewParameter(Shape shape, DType dtype, std::string na
   return std::make_shared<Parameter>(Tensor::Zeros(dtype, std::move(shape)), std::move(name));
 }
 
-internal::LayerView View(const LinearParams& p, const char* op) {
-  return internal::LayerView{&p.weight(), p.bias(), &p.recipe(), &p.options(), op};
+// The layer as one call runs it: the call's threads and cache choice over the layer's.
+internal::LayerView View(const LinearParams& p, const char* op, const CallOptions& call = {}) {
+  OpOptions o = p.options();
+  if (call.threads >= 0) o.threads = call.threads;
+  return internal::LayerView{&p.weight(), p.bias(), &p.recipe(), o, call.use_weight_cache, op};
+}
+
+CallOptions WithInputGrad(bool input_requires_grad) {
+  CallOptions c;
+  c.input_requires_grad = input_requires_grad;
+  return c;
 }
 
 }  // namespace
@@ -56,8 +75,12 @@ Linear::Linear(std::shared_ptr<Parameter> weight, std::shared_ptr<Parameter> bia
                OpOptions options)
     : LinearParams(std::move(weight), std::move(bias), recipe, options, 2, "linear") {}
 
+Forwarded Linear::Forward(const Tensor& x, const CallOptions& call) const {
+  return internal::LinearForward(View(*this, "linear", call), x, nullptr, call);
+}
+
 Forwarded Linear::Forward(const Tensor& x, bool input_requires_grad) const {
-  return internal::LinearForward(View(*this, "linear"), x, nullptr, input_requires_grad);
+  return Forward(x, WithInputGrad(input_requires_grad));
 }
 
 Grads Linear::Backward(const Tensor& dy, OpContext ctx) const {
@@ -77,8 +100,13 @@ GroupedLinear::GroupedLinear(std::shared_ptr<Parameter> weight, std::shared_ptr<
     : LinearParams(std::move(weight), std::move(bias), recipe, options, 3, "grouped linear") {}
 
 Forwarded GroupedLinear::Forward(const Tensor& x, const GroupList& groups,
+                                 const CallOptions& call) const {
+  return internal::LinearForward(View(*this, "grouped linear", call), x, &groups, call);
+}
+
+Forwarded GroupedLinear::Forward(const Tensor& x, const GroupList& groups,
                                  bool input_requires_grad) const {
-  return internal::LinearForward(View(*this, "grouped linear"), x, &groups, input_requires_grad);
+  return Forward(x, groups, WithInputGrad(input_requires_grad));
 }
 
 Grads GroupedLinear::Backward(const Tensor& dy, OpContext ctx) const {

@@ -3,6 +3,8 @@
 // layouts exist when, so that every layout is quantized from a high-precision tensor.
 #include "ops/linear_core.h"
 
+#include <cstring>
+
 #include "mxtrain/elementwise.h"
 #include "mxtrain/error.h"
 #include "mxtrain/gemm.h"
@@ -16,14 +18,14 @@ QuantizeOptions QuantOptions(ElementFormat format, const LayerView& l) {
   QuantizeOptions q;
   q.format = format;
   q.rule = l.recipe->scale();
-  q.threads = l.options->threads;
+  q.threads = l.options.threads;
   q.category = MemoryCategory::kQuantized;
   return q;
 }
 
 WeightQuantCache* CacheOf(const LayerView& l) {
-  if (!l.recipe->reuse_quantized_weights()) return nullptr;
-  return l.options->cache != nullptr ? l.options->cache : &WeightQuantCache::Global();
+  if (!l.recipe->reuse_quantized_weights() || !l.use_weight_cache) return nullptr;
+  return l.options.cache != nullptr ? l.options.cache : &WeightQuantCache::Global();
 }
 
 // A buffer made only to be kept for the backward is counted as saved from now on.
@@ -42,6 +44,33 @@ Tensor Flatten(const Tensor& t) {
   return t.Reshape({rows, t.shape()[-1]});
 }
 
+#ifndef NDEBUG
+// FNV-1a over 8-byte words (and the tail bytes): debug builds only, to catch an in-place
+// write to a tensor a deferred backward references (linear.h, "rules of a context").
+uint64_t Checksum(const Tensor& t) {
+  if (!t.defined()) return 0;
+  constexpr uint64_t kPrime = 0x100000001b3ULL;
+  uint64_t h = 0xcbf29ce484222325ULL;
+  const auto* p = static_cast<const unsigned char*>(t.raw());
+  const size_t n = t.NumBytes();
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    uint64_t w;
+    std::memcpy(&w, p + i, 8);
+    h = (h ^ w) * kPrime;
+  }
+  for (; i < n; ++i) h = (h ^ p[i]) * kPrime;
+  return h;
+}
+
+void CheckUnchanged(const LayerView& l, const Tensor& t, uint64_t want, const char* what) {
+  const uint64_t got = Checksum(t);
+  MXTRAIN_CHECK(got == want, l.op, " (weight '", l.weight->name(), "'): the ", what,
+                " a deferred backward reads was modified in place between forward and backward",
+                " (checksum ", want, " -> ", got, "); the backward would not use its values");
+}
+#endif
+
 bool IsHighPrecision(const Tensor& t) {
   return t.defined() && (t.dtype() == DType::kF32 || t.dtype() == DType::kBF16);
 }
@@ -49,7 +78,7 @@ bool IsHighPrecision(const Tensor& t) {
 // The bias as the GEMMs take it (f32).
 Tensor Bias32(const LayerView& l) {
   if (l.bias == nullptr) return Tensor();
-  return CastTo(l.bias->value(), DType::kF32, MemoryCategory::kWorkspace, l.options->threads);
+  return CastTo(l.bias->value(), DType::kF32, MemoryCategory::kWorkspace, l.options.threads);
 }
 
 void CheckForwardInput(const LayerView& l, const Tensor& x, const GroupList* groups) {
@@ -107,14 +136,14 @@ Tensor ForwardMx(const LayerView& l, const Tensor& x2, const GroupList* groups, 
   GemmOptions o;
   o.out_dtype = x2.dtype();
   o.bias = bias.defined() ? &bias : nullptr;
-  o.threads = l.options->threads;
+  o.threads = l.options.threads;
   return groups ? MxGroupedGemm(x_row, w_row, *groups, o) : MxGemm(x_row, w_row, o);
 }
 
 // Forward with MXFP8 off: the operands rounded to the compute type, kept if needed.
 Tensor ForwardHp(const LayerView& l, const Tensor& x2, const GroupList* groups, OpState& st) {
   const DType c = l.recipe->compute_dtype();
-  const int threads = l.options->threads;
+  const int threads = l.options.threads;
   Parameter& w = *l.weight;
   const Tensor xc = CastTo(x2, c, MemoryCategory::kWorkspace, threads);
   const Tensor wc = CastTo(w.value(), c, MemoryCategory::kWorkspace, threads);
@@ -142,16 +171,16 @@ Tensor ForwardHp(const LayerView& l, const Tensor& x2, const GroupList* groups, 
 // Where dW / db go: into main_grad, or a new f32 tensor of the parameter's shape.
 GemmOptions GradOptions(const LayerView& l, Parameter& p) {
   GemmOptions o;
-  o.threads = l.options->threads;
+  o.threads = l.options.threads;
   o.category = MemoryCategory::kGradient;
-  if (l.options->accumulate_grad) o.accumulate = &p.main_grad();
+  if (l.options.accumulate_grad) o.accumulate = &p.main_grad();
   return o;
 }
 
 // A new f32 gradient in the parameter's dtype (accumulated ones stay f32 main_grad).
 Tensor InParamDtype(const LayerView& l, const Parameter& p, Tensor g32) {
-  if (l.options->accumulate_grad) return g32;
-  return CastTo(g32, p.value().dtype(), MemoryCategory::kGradient, l.options->threads);
+  if (l.options.accumulate_grad) return g32;
+  return CastTo(g32, p.value().dtype(), MemoryCategory::kGradient, l.options.threads);
 }
 
 void CheckWeightUnchanged(const LayerView& l, const OpState& st) {
@@ -188,7 +217,7 @@ void BackwardMx(const LayerView& l, const Tensor& dy2, const GroupList* groups, 
     }
     GemmOptions o;
     o.out_dtype = st.x_dtype;
-    o.threads = l.options->threads;
+    o.threads = l.options.threads;
     o.category = MemoryCategory::kGradient;
     g.dx = groups ? MxGroupedGemm(dy_row, w_col, *groups, o) : MxGemm(dy_row, w_col, o);
     st.saved.Drop(w_col);  // dgrad was their only reader
@@ -210,12 +239,12 @@ void BackwardMx(const LayerView& l, const Tensor& dy2, const GroupList* groups, 
 void BackwardHp(const LayerView& l, const Tensor& dy2, const GroupList* groups, OpState& st,
                 Grads& g) {
   const DType c = l.recipe->compute_dtype();
-  const Tensor dyc = CastTo(dy2, c, MemoryCategory::kWorkspace, l.options->threads);
+  const Tensor dyc = CastTo(dy2, c, MemoryCategory::kWorkspace, l.options.threads);
   if (st.need_dx) {
     CheckWeightUnchanged(l, st);
     GemmOptions o;
     o.out_dtype = st.x_dtype;
-    o.threads = l.options->threads;
+    o.threads = l.options.threads;
     o.category = MemoryCategory::kGradient;
     g.dx = groups ? HpGroupedGemm(dyc, st.w_hp, Contract::kFirst, *groups, c, o)
                   : HpGemm(dyc, Contract::kLast, st.w_hp, Contract::kFirst, c, o);
@@ -233,13 +262,16 @@ void BackwardHp(const LayerView& l, const Tensor& dy2, const GroupList* groups, 
 }  // namespace
 
 Forwarded LinearForward(const LayerView& l, const Tensor& x, const GroupList* groups,
-                        bool input_requires_grad) {
+                        const CallOptions& call) {
   CheckForwardInput(l, x, groups);
   const Tensor x2 = Flatten(x);
   auto st = std::make_unique<OpState>();
-  st->need_dx = input_requires_grad;
-  st->need_dw = l.weight->requires_grad();
-  st->need_db = l.bias != nullptr && l.bias->requires_grad();
+  st->weight_id = l.weight->id();
+  st->threads = l.options.threads;
+  st->use_weight_cache = l.use_weight_cache;
+  st->need_dx = call.input_requires_grad;
+  st->need_dw = call.weight_requires_grad.value_or(l.weight->requires_grad());
+  st->need_db = l.bias != nullptr && call.bias_requires_grad.value_or(l.bias->requires_grad());
   st->x_shape = x.shape();
   st->x_dtype = x.dtype();
   if (groups != nullptr) st->groups = *groups;
@@ -255,16 +287,36 @@ Forwarded LinearForward(const LayerView& l, const Tensor& x, const GroupList* gr
     }
     st->saved.Hold(st->x_hp);
     st->saved.Hold(st->w_hp);
+#ifndef NDEBUG
+    st->x_checksum = Checksum(st->x_hp);
+    st->w_checksum = Checksum(st->w_hp);
+#endif
     OpAccess::Set(out.ctx, std::move(st));
   }
   return out;
 }
 
-Grads LinearBackward(const LayerView& l, const Tensor& dy, OpContext ctx) {
+Grads LinearBackward(const LayerView& layer, const Tensor& dy, OpContext ctx) {
+  MXTRAIN_CHECK(!ctx.spent(), layer.op, " (weight '", layer.weight->name(),
+                "'): this context was already used by a backward; a forward's context "
+                "serves one backward");
   std::unique_ptr<OpState> st = OpAccess::Take(ctx);
-  MXTRAIN_CHECK(st != nullptr, l.op,
-                ": backward needs the context of a forward that saved for it (none given, "
-                "already used, or no gradient was wanted)");
+  MXTRAIN_CHECK(st != nullptr, layer.op, " (weight '", layer.weight->name(),
+                "'): backward needs the context of a forward that saved for it (none given, "
+                "or no gradient was wanted)");
+  MXTRAIN_CHECK(st->weight_id == layer.weight->id(), layer.op, " (weight '", layer.weight->name(),
+                "', id ", layer.weight->id(),
+                "): backward got the context of a forward of another layer (weight id ",
+                st->weight_id, ")");
+  // The forward call's threads and cache choice, not whatever the layer says now.
+  LayerView l = layer;
+  l.options.threads = st->threads;
+  l.use_weight_cache = st->use_weight_cache;
+  CheckWeightUnchanged(l, *st);  // the precise message first, when the version says it
+#ifndef NDEBUG
+  CheckUnchanged(l, st->x_hp, st->x_checksum, "input");
+  CheckUnchanged(l, st->w_hp, st->w_checksum, "weight");
+#endif
   Shape want = st->x_shape;
   want[-1] = l.weight->shape()[-2];
   MXTRAIN_CHECK(IsHighPrecision(dy) && dy.shape() == want, l.op, ": output gradient must be f32 "
@@ -281,9 +333,9 @@ Grads LinearBackward(const LayerView& l, const Tensor& dy, OpContext ctx) {
   }
   if (g.dx.defined()) g.dx = g.dx.Reshape(st->x_shape);
   if (st->need_db) {
-    Tensor* acc = l.options->accumulate_grad ? &l.bias->main_grad() : nullptr;
-    Tensor db = groups ? SumRowsGrouped(dy2, *groups, acc, l.options->threads)
-                       : SumRows(dy2, acc, l.options->threads);
+    Tensor* acc = l.options.accumulate_grad ? &l.bias->main_grad() : nullptr;
+    Tensor db = groups ? SumRowsGrouped(dy2, *groups, acc, l.options.threads)
+                       : SumRows(dy2, acc, l.options.threads);
     g.db = InParamDtype(l, *l.bias, std::move(db));
   }
   return g;  // st's holds end here

@@ -11,6 +11,11 @@
 namespace mxtrain::internal {
 
 struct OpState {
+  // The layer and call that made it: Backward refuses another layer's context and runs
+  // with the forward call's threads and cache choice.
+  uint64_t weight_id = 0;
+  int threads = 0;
+  bool use_weight_cache = true;
   bool need_dx = false;
   bool need_dw = false;
   bool need_db = false;
@@ -26,6 +31,12 @@ struct OpState {
   Tensor w_hp;
   // The weight's version at the forward, when w_hp is the parameter's own buffer.
   std::optional<uint64_t> w_version;
+#ifndef NDEBUG
+  // Debug builds: checksums of x_hp and w_hp at the forward (linear.h, "rules of a
+  // context"), compared before the backward reads them.
+  uint64_t x_checksum = 0;
+  uint64_t w_checksum = 0;
+#endif
   SavedTensors saved;
 };
 
@@ -33,20 +44,25 @@ struct OpAccess {
   static OpState* State(OpContext& c) { return c.state_.get(); }
   static const OpState* State(const OpContext& c) { return c.state_.get(); }
   static void Set(OpContext& c, std::unique_ptr<OpState> s) { c.state_ = std::move(s); }
-  static std::unique_ptr<OpState> Take(OpContext& c) { return std::move(c.state_); }
+  static std::unique_ptr<OpState> Take(OpContext& c) {
+    if (c.state_ != nullptr) c.spent_ = true;
+    return std::move(c.state_);
+  }
 };
 
-// The layer a call runs: its parameters and configuration.
+// The layer a call runs: its parameters and configuration, with the call's own threads
+// and cache choice already applied to `options` (a copy: the layer is never written).
 struct LayerView {
   Parameter* weight;  // [N, K], or [E, N, K] when grouped
   Parameter* bias;    // [N] or [E, N]; may be null
   const Recipe* recipe;
-  const OpOptions* options;
+  OpOptions options;
+  bool use_weight_cache;
   const char* op;  // "linear" | "grouped linear", for messages
 };
 
 Forwarded LinearForward(const LayerView& layer, const Tensor& x, const GroupList* groups,
-                        bool input_requires_grad);
+                        const CallOptions& call);
 Grads LinearBackward(const LayerView& layer, const Tensor& dy, OpContext ctx);
 
 }  // namespace mxtrain::internal

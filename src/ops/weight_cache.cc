@@ -22,20 +22,29 @@ WeightQuantCache::Key WeightQuantCache::KeyOf(const Parameter& p, BlockAxis axis
 }
 
 const MxTensor* WeightQuantCache::FindLocked(const Key& key) {
+  PruneLocked();
   const auto it = entries_.find(key);
   if (it == entries_.end()) return nullptr;
   ++hits_;
-  return &it->second;
+  return &it->second.t;
 }
 
-void WeightQuantCache::StoreLocked(const Key& key, MxTensor t) {
-  // Entries of older versions of this parameter can never hit again.
+void WeightQuantCache::PruneLocked() const {
   for (auto it = entries_.begin(); it != entries_.end();) {
-    it = it->first.id == key.id && it->first.version != key.version ? entries_.erase(it)
-                                                                    : std::next(it);
+    it = it->second.alive.expired() ? entries_.erase(it) : std::next(it);
+  }
+}
+
+void WeightQuantCache::StoreLocked(const Parameter& p, const Key& key, MxTensor t) {
+  // Entries of older versions of this parameter can never hit again; nor can those of
+  // parameters that are gone.
+  for (auto it = entries_.begin(); it != entries_.end();) {
+    const bool stale =
+        (it->first.id == key.id && it->first.version != key.version) || it->second.alive.expired();
+    it = stale ? entries_.erase(it) : std::next(it);
   }
   ++misses_;
-  entries_.insert_or_assign(key, std::move(t));
+  entries_.insert_or_assign(key, Entry{std::move(t), p.liveness()});
 }
 
 MxTensor WeightQuantCache::Get(const Parameter& p, BlockAxis axis, const QuantizeOptions& q) {
@@ -48,7 +57,7 @@ MxTensor WeightQuantCache::Get(const Parameter& p, BlockAxis axis, const Quantiz
   MxTensor t = axis == BlockAxis::kRowwise ? QuantizeRowwise(p.value(), CacheOptions(q))
                                            : QuantizeColumnwise(p.value(), CacheOptions(q));
   std::lock_guard<std::mutex> lock(mutex_);
-  StoreLocked(key, t);
+  StoreLocked(p, key, t);
   return t;
 }
 
@@ -58,20 +67,28 @@ DualMx WeightQuantCache::GetDual(const Parameter& p, const QuantizeOptions& q) {
   bool have_any;
   {
     std::lock_guard<std::mutex> lock(mutex_);
+    PruneLocked();
     have_any = entries_.count(row_key) > 0 || entries_.count(col_key) > 0;
   }
   // A layout is here already (a deferred layer stored it): take it, make only the other.
   if (have_any) return DualMx{Get(p, BlockAxis::kRowwise, q), Get(p, BlockAxis::kColumnwise, q)};
   DualMx both = QuantizeDual(p.value(), CacheOptions(q));
   std::lock_guard<std::mutex> lock(mutex_);
-  StoreLocked(row_key, both.rowwise);
-  StoreLocked(col_key, both.columnwise);
+  StoreLocked(p, row_key, both.rowwise);
+  StoreLocked(p, col_key, both.columnwise);
   return both;
 }
 
 void WeightQuantCache::Clear() {
   std::lock_guard<std::mutex> lock(mutex_);
   entries_.clear();
+}
+
+void WeightQuantCache::Forget(const Parameter& p) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (auto it = entries_.begin(); it != entries_.end();) {
+    it = it->first.id == p.id() ? entries_.erase(it) : std::next(it);
+  }
 }
 
 void WeightQuantCache::ResetStats() {
@@ -81,11 +98,12 @@ void WeightQuantCache::ResetStats() {
 
 WeightCacheStats WeightQuantCache::stats() const {
   std::lock_guard<std::mutex> lock(mutex_);
+  PruneLocked();
   WeightCacheStats s;
   s.hits = hits_;
   s.misses = misses_;
   s.entries = static_cast<int64_t>(entries_.size());
-  for (const auto& [key, t] : entries_) s.bytes_held += static_cast<int64_t>(t.NumBytes());
+  for (const auto& [key, e] : entries_) s.bytes_held += static_cast<int64_t>(e.t.NumBytes());
   return s;
 }
 

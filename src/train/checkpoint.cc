@@ -24,7 +24,8 @@ void WriteCheckpoint(const std::string& path, const Model& model, const AdamW& o
   WriteSafetensors(path, tensors, meta);
 }
 
-CheckpointState ReadCheckpoint(const std::string& path, const Model& model) {
+CheckpointState ReadCheckpoint(const std::string& path, const ModelConfig& config,
+                               const std::vector<ParamSpec>& params) {
   std::error_code ec;
   MXTRAIN_CHECK(std::filesystem::is_regular_file(path, ec), "checkpoint '", path,
                 "' does not exist");
@@ -33,8 +34,8 @@ CheckpointState ReadCheckpoint(const std::string& path, const Model& model) {
   MXTRAIN_CHECK(fmt != f.metadata.end() && fmt->second == "mxtrain-checkpoint-1", "checkpoint '",
                 path, "' is not an mxtrain training checkpoint");
   const ModelConfig saved = ModelConfig::FromMetadata(f.metadata);
-  MXTRAIN_CHECK(saved == model.config(), "checkpoint '", path, "' holds a model with ",
-                saved.ToString(), ", this run's model has ", model.config().ToString());
+  MXTRAIN_CHECK(saved == config, "checkpoint '", path, "' holds a model with ", saved.ToString(),
+                ", this run's model has ", config.ToString());
   std::map<std::string, Tensor> by_name;
   for (NamedTensor& t : f.tensors) by_name[t.name] = std::move(t.tensor);
   CheckpointState s;
@@ -46,10 +47,10 @@ CheckpointState ReadCheckpoint(const std::string& path, const Model& model) {
                   it->second.shape().ToString(), ", expected f32 ", shape.ToString());
     return it->second;
   };
-  for (const auto& p : model.parameters()) {
-    s.params.push_back(take("param/" + p->name(), p->shape()));
-    s.exp_avg.push_back(take("adam.m/" + p->name(), p->shape()));
-    s.exp_avg_sq.push_back(take("adam.v/" + p->name(), p->shape()));
+  for (const ParamSpec& p : params) {
+    s.params.push_back(take("param/" + p.name, p.shape));
+    s.exp_avg.push_back(take("adam.m/" + p.name, p.shape));
+    s.exp_avg_sq.push_back(take("adam.v/" + p.name, p.shape));
   }
   auto step = f.metadata.find("train.step");
   MXTRAIN_CHECK(step != f.metadata.end(), "checkpoint '", path, "' lacks its step");
