@@ -101,10 +101,15 @@ TEST(OpContract, SecondBackwardOnOneContextRaisesNamingTheLayer) {
   EXPECT_NE(none.find("no gradient was wanted"), std::string::npos) << none;
 }
 
+// Debug builds (the dev preset) compare a checksum of the deferred tensors in Backward; a
+// release build skips that pass by design (linear.h), so there the same misuse must go
+// through without an error (and without a crash).
 TEST(OpContract, DeferredTensorWrittenInPlaceBeforeBackwardRaisesInDebugBuilds) {
 #ifdef NDEBUG
-  GTEST_SKIP() << "the checksum pass is debug-only (linear.h)";
+  constexpr bool kChecked = false;
 #else
+  constexpr bool kChecked = true;
+#endif
   for (const bool write_input : {true, false}) {
     for (const Precision precision : {Precision::kMxfp8, Precision::kFp32}) {
       RecipeOptions ro;
@@ -122,11 +127,14 @@ TEST(OpContract, DeferredTensorWrittenInPlaceBeforeBackwardRaisesInDebugBuilds) 
       p[3] += 1.0f;
       const std::string msg = ErrorOf([&] { fc->Backward(dy, std::move(f.ctx)); });
       const std::string what = StrCat(write_input ? "input " : "weight ", Name(precision));
+      if (!kChecked) {
+        EXPECT_EQ(msg, "") << what;
+        continue;
+      }
       EXPECT_NE(msg.find("modified in place"), std::string::npos) << what << ": " << msg;
       EXPECT_NE(msg.find("fc1.weight"), std::string::npos) << what << ": " << msg;
     }
   }
-#endif
 }
 
 // Reference gradients of `layer` for (x, dy) asking for every gradient, on this thread.
