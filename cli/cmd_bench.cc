@@ -10,11 +10,11 @@
 
 #include "args.h"
 #include "commands.h"
-#include "mxtrain/bench.h"
+#include "mxtrain/bench/bench.h"
 #include "mxtrain/error.h"
 #include "mxtrain/gemm.h"
 #include "mxtrain/hp_gemm.h"
-#include "mxtrain/ops_bench.h"
+#include "mxtrain/bench/ops_bench.h"
 #include "mxtrain/simd.h"
 
 namespace mxtrain::cli {

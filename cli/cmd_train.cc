@@ -17,13 +17,13 @@
 
 #include "args.h"
 #include "commands.h"
-#include "mxtrain/data.h"
+#include "mxtrain/train/data.h"
 #include "mxtrain/error.h"
 #include "mxtrain/gemm.h"
 #include "mxtrain/hp_gemm.h"
 #include "mxtrain/simd.h"
-#include "mxtrain/train.h"
-#include "mxtrain/train_report.h"
+#include "mxtrain/train/train.h"
+#include "mxtrain/train/train_report.h"
 
 namespace mxtrain::cli {
 namespace {

@@ -4,7 +4,7 @@
 
 #include <vector>
 
-#include "mxtrain/model.h"
+#include "mxtrain/train/model.h"
 #include "train/checkpoint.h"
 
 namespace mxtrain::fuzz {

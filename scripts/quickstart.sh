@@ -4,7 +4,9 @@
 #                                     bf16 vs MXFP8 training, 1-3 minutes on 2 cores)
 #   bash scripts/quickstart.sh test   set up, build (dev: ASan + UBSan) and run every test,
 #                                     then the release build's tests including the
-#                                     exhaustive encoder check, then the Python package's
+#                                     exhaustive encoder check and the cpu_caps label, a
+#                                     project built against the installed package
+#                                     (tests/consumer), then the Python package's
 #                                     tests against `pip install .` in build/venv, and
 #                                     last a bounded run of each fuzz target (50 s each,
 #                                     clang + libFuzzer, ASan + UBSan; docs/fuzzing.md)
@@ -29,6 +31,13 @@ case "$mode" in
     cmake --preset release
     cmake --build --preset release -j "$jobs"
     ctest --preset release -j "$jobs"
+    # The library as a user's project sees it: installed, then found by find_package.
+    rm -rf build/install build/consumer
+    cmake --install build/release --prefix "$PWD/build/install" >/dev/null
+    cmake -S tests/consumer -B build/consumer -G Ninja -DCMAKE_BUILD_TYPE=Release \
+      -DCMAKE_PREFIX_PATH="$PWD/build/install" >/dev/null
+    cmake --build build/consumer
+    build/consumer/mxtrain_consumer
     # The Python package as a user installs it: a venv over Debian's python3-torch and
     # numpy (Debian's interpreter, which those packages belong to), `pip install .`, and
     # pytest run from outside the source tree so that the installed package is imported.

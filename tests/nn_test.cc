@@ -1,7 +1,7 @@
 // The fp32 layers of nn.h: every backward against central finite differences of a
 // double-accumulated loss L = sum(f(x) * r), the permutation against its definition, and
 // results independent of the thread count.
-#include "mxtrain/nn.h"
+#include "mxtrain/train/nn.h"
 
 #include <gtest/gtest.h>
 

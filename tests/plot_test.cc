@@ -1,7 +1,7 @@
 // RenderSvg: the document is well formed (balanced tags, escaped text), every series gets
 // one polyline in every panel with a colour fixed by its name, ticks are round numbers,
 // and non-finite points (and non-positive ones on a log axis) are skipped.
-#include "mxtrain/plot.h"
+#include "mxtrain/train/plot.h"
 
 #include <gtest/gtest.h>
 

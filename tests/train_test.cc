@@ -2,7 +2,7 @@
 // gradients against finite differences, the loss falls, MXFP8 tracks bf16, the save
 // policies and the weight cache change nothing bit for bit, runs are deterministic, a
 // resumed run repeats the uninterrupted one, and a diverging run stops naming its step.
-#include "mxtrain/train.h"
+#include "mxtrain/train/train.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -12,9 +12,9 @@
 #include <filesystem>
 #include <limits>
 
-#include "mxtrain/data.h"
-#include "mxtrain/model.h"
-#include "mxtrain/nn.h"
+#include "mxtrain/train/data.h"
+#include "mxtrain/train/model.h"
+#include "mxtrain/train/nn.h"
 
 namespace mxtrain {
 namespace {

@@ -1,0 +1,211 @@
+// Embedding, RMSNorm, SwiGLU, cross-entropy and the residual adds (nn.h).
+#include <cmath>
+#include <cstring>
+
+#include "mxtrain/train/nn.h"
+#include "nn/nn_internal.h"
+
+namespace mxtrain::nn {
+
+using internal::CheckF32Matrix;
+using internal::Threads;
+
+Tensor EmbeddingForward(const Tensor& table, std::span<const int32_t> ids, int threads) {
+  CheckF32Matrix(table, "embedding table");
+  const int64_t v = table.shape()[0], d = table.shape()[1];
+  const int64_t t = static_cast<int64_t>(ids.size());
+  for (int64_t i = 0; i < t; ++i) {
+    MXTRAIN_CHECK(ids[i] >= 0 && ids[i] < v, "embedding: id ", ids[i], " at position ", i,
+                  " is outside the vocabulary [0, ", v, ")");
+  }
+  Tensor y = Tensor::Empty(DType::kF32, {t, d});
+  const float* w = table.data<float>();
+  float* out = y.data<float>();
+#pragma omp parallel for num_threads(Threads(threads)) schedule(static)
+  for (int64_t i = 0; i < t; ++i) {
+    std::memcpy(out + i * d, w + static_cast<int64_t>(ids[i]) * d, sizeof(float) * d);
+  }
+  return y;
+}
+
+void EmbeddingBackward(const Tensor& dy, std::span<const int32_t> ids, Tensor& dtable) {
+  CheckF32Matrix(dy, "embedding output gradient");
+  CheckF32Matrix(dtable, "embedding gradient");
+  const int64_t d = dtable.shape()[1], v = dtable.shape()[0];
+  MXTRAIN_CHECK(dy.shape()[0] == static_cast<int64_t>(ids.size()) && dy.shape()[1] == d,
+                "embedding backward: gradient ", dy.shape().ToString(), " for ", ids.size(),
+                " ids of width ", d);
+  const float* g = dy.data<float>();
+  float* out = dtable.data<float>();
+  for (size_t i = 0; i < ids.size(); ++i) {  // serial: rows of one id sum in token order
+    MXTRAIN_CHECK(ids[i] >= 0 && ids[i] < v, "embedding: id ", ids[i], " out of range");
+    float* row = out + static_cast<int64_t>(ids[i]) * d;
+    const float* src = g + static_cast<int64_t>(i) * d;
+    for (int64_t j = 0; j < d; ++j) row[j] += src[j];
+  }
+}
+
+RmsNormOut RmsNormForward(const Tensor& x, const Tensor& gain, float eps, int threads) {
+  CheckF32Matrix(x, "rmsnorm input");
+  const int64_t t = x.shape()[0], d = x.shape()[1];
+  MXTRAIN_CHECK(gain.dtype() == DType::kF32 && gain.NumElements() == d, "rmsnorm: gain of ",
+                gain.NumElements(), " elements for width ", d);
+  RmsNormOut o{Tensor::Empty(DType::kF32, {t, d}), Tensor::Empty(DType::kF32, {t})};
+  const float* xp = x.data<float>();
+  const float* g = gain.data<float>();
+  float* y = o.y.data<float>();
+  float* r = o.rstd.data<float>();
+#pragma omp parallel for num_threads(Threads(threads)) schedule(static)
+  for (int64_t i = 0; i < t; ++i) {
+    const float* row = xp + i * d;
+    double ss = 0;
+    for (int64_t j = 0; j < d; ++j) ss += static_cast<double>(row[j]) * row[j];
+    const float rs = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(d) + eps));
+    r[i] = rs;
+    for (int64_t j = 0; j < d; ++j) y[i * d + j] = row[j] * rs * g[j];
+  }
+  return o;
+}
+
+Tensor RmsNormBackward(const Tensor& dy, const Tensor& x, const Tensor& gain, const Tensor& rstd,
+                       Tensor& dgain, int threads) {
+  CheckF32Matrix(dy, "rmsnorm output gradient");
+  CheckF32Matrix(x, "rmsnorm input");
+  const int64_t t = x.shape()[0], d = x.shape()[1];
+  MXTRAIN_CHECK(dy.shape() == x.shape() && rstd.NumElements() == t && dgain.NumElements() == d &&
+                    gain.NumElements() == d,
+                "rmsnorm backward: mismatched shapes");
+  Tensor dx = Tensor::Empty(DType::kF32, {t, d}, MemoryCategory::kGradient);
+  const float* xp = x.data<float>();
+  const float* gp = dy.data<float>();
+  const float* g = gain.data<float>();
+  const float* r = rstd.data<float>();
+  float* out = dx.data<float>();
+  // dx = rstd * (g * dy - xhat * mean(xhat * g * dy)), xhat = x * rstd.
+#pragma omp parallel for num_threads(Threads(threads)) schedule(static)
+  for (int64_t i = 0; i < t; ++i) {
+    const float* xr = xp + i * d;
+    const float* dr = gp + i * d;
+    double dot = 0;
+    for (int64_t j = 0; j < d; ++j) dot += static_cast<double>(xr[j]) * r[i] * g[j] * dr[j];
+    const float m = static_cast<float>(dot / static_cast<double>(d));
+    for (int64_t j = 0; j < d; ++j) {
+      const float xhat = xr[j] * r[i];
+      out[i * d + j] = r[i] * (g[j] * dr[j] - xhat * m);
+    }
+  }
+  // The gain's gradient: per column, summed over rows in order.
+  float* dg = dgain.data<float>();
+#pragma omp parallel for num_threads(Threads(threads)) schedule(static)
+  for (int64_t j = 0; j < d; ++j) {
+    float s = 0;
+    for (int64_t i = 0; i < t; ++i) s += gp[i * d + j] * xp[i * d + j] * r[i];
+    dg[j] += s;
+  }
+  return dx;
+}
+
+Tensor SwiGluForward(const Tensor& gu, int threads) {
+  CheckF32Matrix(gu, "swiglu input");
+  const int64_t m = gu.shape()[0], f2 = gu.shape()[1];
+  MXTRAIN_CHECK(f2 % 2 == 0, "swiglu: input width ", f2, " is not even (gate and up halves)");
+  const int64_t f = f2 / 2;
+  Tensor h = Tensor::Empty(DType::kF32, {m, f});
+  const float* in = gu.data<float>();
+  float* out = h.data<float>();
+#pragma omp parallel for num_threads(Threads(threads)) schedule(static)
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < f; ++j) {
+      const float a = in[i * f2 + j], b = in[i * f2 + f + j];
+      const float s = 1.0f / (1.0f + std::exp(-a));
+      out[i * f + j] = a * s * b;
+    }
+  }
+  return h;
+}
+
+Tensor SwiGluBackward(const Tensor& dh, const Tensor& gu, int threads) {
+  CheckF32Matrix(dh, "swiglu output gradient");
+  CheckF32Matrix(gu, "swiglu input");
+  const int64_t m = gu.shape()[0], f2 = gu.shape()[1], f = f2 / 2;
+  MXTRAIN_CHECK(dh.shape()[0] == m && dh.shape()[1] == f, "swiglu backward: gradient ",
+                dh.shape().ToString(), " for input ", gu.shape().ToString());
+  Tensor dgu = Tensor::Empty(DType::kF32, {m, f2}, MemoryCategory::kGradient);
+  const float* in = gu.data<float>();
+  const float* g = dh.data<float>();
+  float* out = dgu.data<float>();
+#pragma omp parallel for num_threads(Threads(threads)) schedule(static)
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < f; ++j) {
+      const float a = in[i * f2 + j], b = in[i * f2 + f + j], d = g[i * f + j];
+      const float s = 1.0f / (1.0f + std::exp(-a));
+      const float silu = a * s;
+      out[i * f2 + j] = d * b * (s + silu * (1.0f - s));
+      out[i * f2 + f + j] = d * silu;
+    }
+  }
+  return dgu;
+}
+
+double CrossEntropy(const Tensor& logits, std::span<const int32_t> targets, Tensor* dlogits,
+                    float grad_scale, int threads) {
+  CheckF32Matrix(logits, "cross-entropy logits");
+  const int64_t n = logits.shape()[0], v = logits.shape()[1];
+  MXTRAIN_CHECK(static_cast<int64_t>(targets.size()) == n, "cross-entropy: ", targets.size(),
+                " targets for ", n, " rows");
+  for (int64_t i = 0; i < n; ++i) {
+    MXTRAIN_CHECK(targets[i] >= 0 && targets[i] < v, "cross-entropy: target ", targets[i],
+                  " at row ", i, " is outside [0, ", v, ")");
+  }
+  if (dlogits != nullptr) *dlogits = Tensor::Empty(DType::kF32, {n, v}, MemoryCategory::kGradient);
+  std::vector<double> row_loss(static_cast<size_t>(n));
+  const float* lp = logits.data<float>();
+  float* dp = dlogits != nullptr ? dlogits->data<float>() : nullptr;
+  const float scale = grad_scale / static_cast<float>(n > 0 ? n : 1);
+#pragma omp parallel for num_threads(Threads(threads)) schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    const float* row = lp + i * v;
+    float mx = row[0];
+    for (int64_t j = 1; j < v; ++j) mx = std::fmax(mx, row[j]);
+    if (std::isnan(row[0])) mx = row[0];
+    double sum = 0;
+    for (int64_t j = 0; j < v; ++j) sum += std::exp(static_cast<double>(row[j]) - mx);
+    row_loss[i] = std::log(sum) + mx - row[targets[i]];
+    if (dp != nullptr) {
+      for (int64_t j = 0; j < v; ++j) {
+        const double p = std::exp(static_cast<double>(row[j]) - mx) / sum;
+        dp[i * v + j] = static_cast<float>(p - (j == targets[i] ? 1.0 : 0.0)) * scale;
+      }
+    }
+  }
+  double total = 0;
+  for (double l : row_loss) total += l;
+  return n > 0 ? total / static_cast<double>(n) : 0.0;
+}
+
+Tensor Add(const Tensor& a, const Tensor& b, int threads) {
+  MXTRAIN_CHECK(a.dtype() == DType::kF32 && b.dtype() == DType::kF32 && a.shape() == b.shape(),
+                "add: operands ", a.shape().ToString(), " and ", b.shape().ToString(),
+                " must be f32 of one shape");
+  Tensor y = Tensor::Empty(DType::kF32, a.shape());
+  const float* pa = a.data<float>();
+  const float* pb = b.data<float>();
+  float* out = y.data<float>();
+  const int64_t n = a.NumElements();
+#pragma omp parallel for num_threads(Threads(threads)) schedule(static)
+  for (int64_t i = 0; i < n; ++i) out[i] = pa[i] + pb[i];
+  return y;
+}
+
+void AddInPlace(Tensor& a, const Tensor& b, int threads) {
+  MXTRAIN_CHECK(a.dtype() == DType::kF32 && b.dtype() == DType::kF32 && a.shape() == b.shape(),
+                "add: operands ", a.shape().ToString(), " and ", b.shape().ToString(),
+                " must be f32 of one shape");
+  float* pa = a.data<float>();
+  const float* pb = b.data<float>();
+  const int64_t n = a.NumElements();
+#pragma omp parallel for num_threads(Threads(threads)) schedule(static)
+  for (int64_t i = 0; i < n; ++i) pa[i] += pb[i];
+}
+
+}  // namespace mxtrain::nn

@@ -1,0 +1,223 @@
+// Metrics CSV, summary.json, the comparison table and the plot (train.h, train_report.h).
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "io/file_util.h"
+#include "mxtrain/error.h"
+#include "mxtrain/json.h"
+#include "mxtrain/train/plot.h"
+#include "mxtrain/train/train_report.h"
+
+namespace mxtrain {
+
+namespace {
+
+std::string Num(double v) {
+  if (std::isnan(v)) return "nan";
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
+
+constexpr const char* kCsvHeader =
+    "step,train_loss,aux_loss,val_loss,lr,grad_norm,step_ms,tokens_per_s,peak_bytes,"
+    "saved_bytes,saved_alloc_bytes,cache_hits,cache_misses";
+
+std::string Mib(int64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f", static_cast<double>(bytes) / (1024.0 * 1024.0));
+  return buf;
+}
+
+}  // namespace
+
+std::string MetricsCsv(const std::vector<StepMetrics>& steps) {
+  std::string out = std::string(kCsvHeader) + "\n";
+  for (const StepMetrics& m : steps) {
+    out += StrCat(m.step, ",", Num(m.train_loss), ",", Num(m.aux_loss), ",", Num(m.val_loss), ",",
+                  Num(m.lr), ",", Num(m.grad_norm), ",", Num(m.step_ms), ",", Num(m.tokens_per_s),
+                  ",", m.peak_bytes, ",", m.saved_bytes, ",", m.saved_alloc_bytes, ",",
+                  m.cache_hits, ",", m.cache_misses, "\n");
+  }
+  return out;
+}
+
+std::vector<StepMetrics> ParseMetricsCsv(const std::string& csv) {
+  std::istringstream in(csv);
+  std::string line;
+  MXTRAIN_CHECK(std::getline(in, line) && line == kCsvHeader,
+                "metrics CSV does not start with the expected header");
+  std::vector<StepMetrics> steps;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    std::vector<std::string> f;
+    std::stringstream ls(line);
+    for (std::string cell; std::getline(ls, cell, ',');) f.push_back(cell);
+    MXTRAIN_CHECK(f.size() == 13, "metrics CSV line has ", f.size(), " fields: '", line, "'");
+    try {
+      StepMetrics m;
+      m.step = std::stoll(f[0]);
+      double* d[] = {&m.train_loss, &m.aux_loss, &m.val_loss,    &m.lr,
+                     &m.grad_norm,  &m.step_ms,  &m.tokens_per_s};
+      for (int i = 0; i < 7; ++i) *d[i] = std::strtod(f[1 + i].c_str(), nullptr);
+      int64_t* n[] = {&m.peak_bytes, &m.saved_bytes, &m.saved_alloc_bytes, &m.cache_hits,
+                      &m.cache_misses};
+      for (int i = 0; i < 5; ++i) *n[i] = std::stoll(f[8 + i]);
+      steps.push_back(m);
+    } catch (const std::logic_error&) {
+      Fail("metrics CSV line is not numeric: '", line, "'");
+    }
+  }
+  return steps;
+}
+
+std::string SummaryJson(const std::vector<TrainResult>& runs) {
+  // JSON has no NaN or Inf: a non-finite figure is null.
+  auto num = [](double v) { return std::isfinite(v) ? Json(v) : Json(); };
+  Json list = Json::MakeArray();
+  for (const TrainResult& r : runs) {
+    const bool mx = r.recipe.mxfp8();
+    Json o = Json::MakeObject();
+    o.Set("name", r.name);
+    o.Set("precision", Name(r.recipe.precision()));
+    o.Set("recipe", r.recipe.ToString());
+    o.Set("input_policy", mx ? Json(Name(r.recipe.input_policy())) : Json());
+    o.Set("weight_policy", mx ? Json(Name(r.recipe.weight_policy())) : Json());
+    o.Set("final_train_loss", num(r.final_train_loss));
+    o.Set("final_val_loss", num(r.final_val_loss));
+    o.Set("tokens_per_s", num(r.tokens_per_s));
+    o.Set("step_ms", num(r.step_ms));
+    o.Set("peak_bytes", r.peak_bytes);
+    o.Set("saved_bytes", r.saved_bytes);
+    o.Set("steps", static_cast<int64_t>(r.steps.size()));
+    o.Set("parameters", r.parameters);
+    o.Set("cache_hits", r.cache_hits);
+    o.Set("cache_misses", r.cache_misses);
+    o.Set("resumed_from", r.resumed_from);
+    o.Set("seconds", num(r.seconds));
+    list.Push(std::move(o));
+  }
+  return list.Dump(2) + "\n";
+}
+
+std::string ComparisonTable(const std::vector<TrainResult>& runs) {
+  const TrainResult* base = nullptr;
+  for (const TrainResult& r : runs) {
+    if (r.recipe.precision() == Precision::kBf16) {
+      base = &r;
+      break;
+    }
+  }
+  char line[256];
+  std::string out;
+  std::snprintf(line, sizeof line, "%-20s %10s %10s %9s %10s %9s %10s %10s\n", "run", "train_loss",
+                "val_loss", "gap_bf16", "tokens/s", "step_ms", "peak_MiB", "saved_MiB");
+  out += line;
+  for (const TrainResult& r : runs) {
+    std::string gap = "-";
+    if (base != nullptr && base != &r && base->final_val_loss != 0) {
+      char g[32];
+      std::snprintf(g, sizeof g, "%+.2f%%",
+                    100.0 * (r.final_val_loss - base->final_val_loss) / base->final_val_loss);
+      gap = g;
+    }
+    std::snprintf(line, sizeof line, "%-20s %10.4f %10.4f %9s %10.0f %9.1f %10s %10s\n",
+                  r.name.c_str(), r.final_train_loss, r.final_val_loss, gap.c_str(), r.tokens_per_s,
+                  r.step_ms, Mib(r.peak_bytes).c_str(), Mib(r.saved_bytes).c_str());
+    out += line;
+  }
+  return out;
+}
+
+std::string TrainingPlotSvg(const std::vector<TrainResult>& runs) {
+  PlotPanel train{"training loss", "step", "loss (nats)", {}, false};
+  PlotPanel val{"validation loss", "step", "loss (nats)", {}, false};
+  PlotPanel peak{"peak memory per step", "step", "MiB", {}, false};
+  PlotPanel saved{"held for backward per step", "step", "MiB", {}, false};
+  for (const TrainResult& r : runs) {
+    PlotSeries t{r.name, {}, {}}, v{r.name, {}, {}}, p{r.name, {}, {}}, s{r.name, {}, {}};
+    for (const StepMetrics& m : r.steps) {
+      const double x = static_cast<double>(m.step);
+      t.x.push_back(x);
+      t.y.push_back(m.train_loss);
+      if (!std::isnan(m.val_loss)) {
+        v.x.push_back(x);
+        v.y.push_back(m.val_loss);
+      }
+      p.x.push_back(x);
+      p.y.push_back(static_cast<double>(m.peak_bytes) / (1024.0 * 1024.0));
+      s.x.push_back(x);
+      s.y.push_back(static_cast<double>(m.saved_bytes) / (1024.0 * 1024.0));
+    }
+    train.series.push_back(std::move(t));
+    val.series.push_back(std::move(v));
+    peak.series.push_back(std::move(p));
+    saved.series.push_back(std::move(s));
+  }
+  return RenderSvg({train, val, peak, saved});
+}
+
+void WriteFileAtomic(const std::string& path, const std::string& bytes) {
+  internal::CheckNotDirectory(path);
+  internal::Temporaries temporaries;
+  std::string tmp;
+  internal::Fd fd(internal::CreateTemporary(path, &tmp));
+  MXTRAIN_CHECK(fd.get() >= 0, "cannot write '", internal::Printable(path),
+                "': ", std::strerror(errno));
+  temporaries.paths().push_back(tmp);
+  internal::WriteAll(fd.get(), bytes.data(), bytes.size(), path);
+  internal::SyncAndClose(fd, path);
+  internal::RenameFront(temporaries, path);
+}
+
+}  // namespace mxtrain
+
+namespace mxtrain {
+
+std::string MakeRunDirectory(const std::string& base) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::create_directories(base, ec);
+  MXTRAIN_CHECK(!ec, "cannot create directory '", base, "': ", ec.message());
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char stamp[32];
+  std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &tm);
+  for (int n = 1; n < 100000; ++n) {
+    const fs::path p = fs::path(base) / StrCat(stamp, "-", n);
+    if (fs::create_directory(p, ec)) return p.string();
+    MXTRAIN_CHECK(!ec, "cannot create directory '", p.string(), "': ", ec.message());
+  }
+  Fail("cannot find a free run directory name under '", base, "'");
+}
+
+std::string RunSubdirectory(const std::string& dir, const std::string& run_name) {
+  const std::string sub = (std::filesystem::path(dir) / run_name).string();
+  std::error_code ec;
+  std::filesystem::create_directories(sub, ec);
+  MXTRAIN_CHECK(!ec, "cannot create directory '", sub, "': ", ec.message());
+  return sub;
+}
+
+std::string CheckpointPath(const std::string& dir, const std::string& run_name) {
+  return (std::filesystem::path(dir) / run_name / "checkpoint.safetensors").string();
+}
+
+void WriteRunMetrics(const std::string& dir, const TrainResult& run) {
+  const std::string sub = RunSubdirectory(dir, run.name);
+  WriteFileAtomic((std::filesystem::path(sub) / "metrics.csv").string(), MetricsCsv(run.steps));
+}
+
+void WriteJobSummary(const std::string& dir, const std::vector<TrainResult>& runs) {
+  WriteFileAtomic((std::filesystem::path(dir) / "summary.json").string(), SummaryJson(runs));
+  WriteFileAtomic((std::filesystem::path(dir) / "plot.svg").string(), TrainingPlotSvg(runs));
+}
+
+}  // namespace mxtrain
