@@ -1,7 +1,7 @@
 // The quantizers: golden blocks of NUMERICS.md §8, every fast path against the scalar
 // reference byte for byte (every SIMD target, f32 and bf16, both formats, all rules, shape
-// sweeps, 3-D, groups), dequantization against a double-precision oracle, memory
-// accounting and argument errors.
+// sweeps, 3-D, groups) and argument errors. Dequantization and MX layouts:
+// dequantize_test.cc; memory accounting: memory_test.cc.
 #include <gtest/gtest.h>
 
 #include <array>
@@ -536,89 +536,7 @@ TEST(Grouped, BadGroupListsRaise) {
                Error);
 }
 
-// --- Dequantization ---------------------------------------------------------------------
-
-TEST(Dequantize, MatchesDoubleOracle) {
-  const Shape shape{2, 70, 45};
-  const std::vector<float> v = EdgeMix(shape.NumElements(), 11);
-  const Tensor x = MakeF32(shape, v);
-  for (ElementFormat f : kFormats) {
-    const DualMx q = QuantizeDual(x, {f, ScaleRule::kRceil});
-    for (const MxTensor* mx : {&q.rowwise, &q.columnwise}) {
-      const Tensor y = Dequantize(*mx, DType::kF32);
-      const Tensor yb = Dequantize(*mx, DType::kBF16);
-      const int64_t k = shape[-1], m = shape[-2];
-      for (int64_t i = 0; i < shape.NumElements(); ++i) {
-        const int64_t r = i / k, c = i % k;
-        const uint8_t b = mx->axis() == BlockAxis::kRowwise
-                              ? mx->scales().data<uint8_t>()[r * CeilDiv(k, 32) + c / 32]
-                              : mx->scales().data<uint8_t>()[((r / m) * CeilDiv(m, 32) + (r % m) / 32) * k + c];
-        const uint8_t code = mx->data().data<uint8_t>()[i];
-        const double exact = b == 0xFF ? NAN : std::ldexp(static_cast<double>(DecodeElement(f, code)), b - 127);
-        const float got = y.data<float>()[i];
-        if (std::isnan(exact)) {
-          ASSERT_TRUE(std::isnan(got)) << i;
-          ASSERT_TRUE(std::isnan(Bf16ToF32(yb.data<uint16_t>()[i])));
-        } else {
-          ASSERT_EQ(got, static_cast<float>(exact)) << i;
-          ASSERT_EQ(yb.data<uint16_t>()[i], F32ToBf16(static_cast<float>(exact))) << i;
-        }
-      }
-    }
-  }
-}
-
-TEST(Dequantize, RceilErrorBound) {
-  // rceil never saturates: each element is within half an E4M3 step of x at its block scale.
-  std::mt19937 rng(3);
-  std::normal_distribution<float> n(0.0f, 3.0f);
-  std::vector<float> v(64 * 96);
-  for (float& e : v) e = n(rng);
-  const Tensor x = MakeF32({64, 96}, v);
-  const MxTensor q = QuantizeRowwise(x, {});
-  const Tensor y = Dequantize(q);
-  for (size_t i = 0; i < v.size(); ++i) {
-    const int b = q.scales().data<uint8_t>()[(i / 96) * 3 + (i % 96) / 32];
-    const double scale = std::ldexp(1.0, b - 127);
-    const double mag = std::fabs(v[i]) / scale;  // in element units, <= 448
-    const double step = mag < std::ldexp(1.0, -6) ? std::ldexp(1.0, -9)
-                                                   : std::ldexp(1.0, static_cast<int>(std::floor(std::log2(mag))) - 3);
-    ASSERT_LE(std::fabs(y.data<float>()[i] - v[i]), step / 2 * scale * (1 + 1e-12)) << i;
-  }
-}
-
-TEST(Dequantize, GroupedLayout) {
-  const std::vector<float> v = EdgeMix(100 * 33, 12);
-  const Tensor x = MakeF32({100, 33}, v);
-  const GroupList groups = GroupList::Make(std::vector<int64_t>{31, 0, 69}, GroupListType::kCounts, 100);
-  const MxTensor q = QuantizeGrouped(x, groups, {});
-  const Tensor y = Dequantize(q);
-  for (int g = 0; g < groups.num_groups(); ++g) {
-    for (int64_t r = groups.begin(g); r < groups.end(g); ++r) {
-      for (int64_t c = 0; c < 33; ++c) {
-        const uint8_t b = q.scales().data<uint8_t>()[(groups.ScaleRowBegin(g) + (r - groups.begin(g)) / 32) * 33 + c];
-        const float want = b == 0xFF ? NAN
-            : static_cast<float>(std::ldexp(static_cast<double>(DecodeE4M3(q.data().data<uint8_t>()[r * 33 + c])), b - 127));
-        const float got = y.data<float>()[r * 33 + c];
-        ASSERT_TRUE(got == want || (std::isnan(got) && std::isnan(want))) << r << "," << c;
-      }
-    }
-  }
-}
-
-// --- Layout checks, errors, memory ----------------------------------------------------------
-
-TEST(MxTensorLayout, ScaleShapeMismatchRaises) {
-  Tensor data = Tensor::Zeros(DType::kU8, {64, 64});
-  EXPECT_THROW(MxTensor(data, Tensor::Zeros(DType::kU8, {64, 3}), ElementFormat::kE4M3,
-                        ScaleRule::kRceil, BlockAxis::kRowwise), Error);
-  EXPECT_THROW(MxTensor(data, Tensor::Zeros(DType::kU8, {64, 2}), ElementFormat::kE4M3,
-                        ScaleRule::kRceil, BlockAxis::kColumnwise), Error);
-  EXPECT_NO_THROW(MxTensor(data, Tensor::Zeros(DType::kU8, {2, 64}), ElementFormat::kE4M3,
-                           ScaleRule::kRceil, BlockAxis::kColumnwise));
-  EXPECT_THROW(MxTensor(data, Tensor::Zeros(DType::kF32, {2, 64}), ElementFormat::kE4M3,
-                        ScaleRule::kRceil, BlockAxis::kColumnwise), Error);
-}
+// --- Errors ----------------------------------------------------------------------------
 
 TEST(Errors, BadInputsRaise) {
   EXPECT_THROW(QuantizeRowwise(Tensor::Zeros(DType::kF32, {32}), {}), Error);
@@ -627,18 +545,6 @@ TEST(Errors, BadInputsRaise) {
   EXPECT_THROW(Dequantize(QuantizeRowwise(Tensor::Zeros(DType::kF32, {2, 32}), {}), DType::kU8),
                Error);
   EXPECT_THROW(ForceSimdTarget("NEON9000"), Error);
-}
-
-TEST(Memory, QuantizedCopiesAreCounted) {
-  const Tensor x = Tensor::Zeros(DType::kF32, {96, 64});
-  const int64_t before = ReadMemory().by_category[static_cast<int>(MemoryCategory::kQuantized)].live_bytes;
-  {
-    const DualMx q = QuantizeDual(x, {});
-    const int64_t after = ReadMemory().by_category[static_cast<int>(MemoryCategory::kQuantized)].live_bytes;
-    // Two FP8 copies (M*K each) plus rowwise scales M*ceil(K/32) and columnwise ceil(M/32)*K.
-    EXPECT_EQ(after - before, 2 * 96 * 64 + 96 * 2 + 3 * 64);
-  }
-  EXPECT_EQ(ReadMemory().by_category[static_cast<int>(MemoryCategory::kQuantized)].live_bytes, before);
 }
 
 }  // namespace
@@ -660,66 +566,6 @@ TEST(Simd, ForcingATargetSwitchesTheKernels) {
     EXPECT_EQ(std::string(internal::QuantKernelsForTarget(t).target), t);
   }
   EXPECT_EQ(CurrentSimdTarget(), targets.front());
-}
-
-}  // namespace
-}  // namespace mxtrain
-
-namespace mxtrain {
-namespace {
-
-TEST(Memory, FreedLargeBuffersAreCachedNotCounted) {
-  SetMemoryCacheLimit(int64_t{64} << 20);
-  ReleaseCachedMemory();
-  const int64_t live_before = ReadMemory().total.live_bytes;
-  {
-    const Tensor t = Tensor::Empty(DType::kU8, {1 << 20});
-    EXPECT_EQ(ReadMemory().total.live_bytes - live_before, 1 << 20);
-  }
-  // Freed: no longer live, but kept for the next request of the same size.
-  EXPECT_EQ(ReadMemory().total.live_bytes, live_before);
-  EXPECT_EQ(ReadMemory().cached_bytes, 1 << 20);
-  const void* first = nullptr;
-  {
-    const Tensor t = Tensor::Empty(DType::kU8, {1 << 20});
-    first = t.raw();
-    EXPECT_EQ(ReadMemory().cached_bytes, 0);
-  }
-  {
-    const Tensor t = Tensor::Empty(DType::kU8, {1 << 20});
-    EXPECT_EQ(t.raw(), first);  // the cached buffer came back
-  }
-  SetMemoryCacheLimit(0);
-  EXPECT_EQ(ReadMemory().cached_bytes, 0);
-  SetMemoryCacheLimit(int64_t{1} << 30);
-}
-
-// Sizes within one class (an eighth of the power of two above 1 MiB: 128 KiB) share a
-// cached buffer; live bytes count what was asked for, the cache what was allocated.
-TEST(Memory, CachedBuffersServeRequestsOfTheirSizeClass) {
-  SetMemoryCacheLimit(int64_t{64} << 20);
-  ReleaseCachedMemory();
-  const int64_t live_before = ReadMemory().total.live_bytes;
-  const void* first = nullptr;
-  {
-    const Tensor t = Tensor::Empty(DType::kU8, {(1 << 20) + 100000});
-    first = t.raw();
-    EXPECT_EQ(ReadMemory().total.live_bytes - live_before, (1 << 20) + 100000);
-  }
-  EXPECT_EQ(ReadMemory().cached_bytes, (1 << 20) + (128 << 10));
-  {
-    const Tensor t = Tensor::Empty(DType::kU8, {(1 << 20) + 70000});  // same class
-    EXPECT_EQ(t.raw(), first);
-    EXPECT_EQ(ReadMemory().cached_bytes, 0);
-    EXPECT_EQ(ReadMemory().total.live_bytes - live_before, (1 << 20) + 70000);
-  }
-  {
-    const Tensor t = Tensor::Empty(DType::kU8, {(1 << 20) + 140000});  // the next class
-    EXPECT_EQ(ReadMemory().cached_bytes, (1 << 20) + (128 << 10));
-  }
-  EXPECT_EQ(ReadMemory().cached_bytes, 2 * (1 << 20) + (128 << 10) + (256 << 10));
-  SetMemoryCacheLimit(int64_t{1} << 30);
-  ReleaseCachedMemory();
 }
 
 }  // namespace
