@@ -6,11 +6,12 @@
 
 #include "mxtrain/error.h"
 #include "mxtrain/format/bf16.h"
+#include "omp_threads.h"
 
 namespace mxtrain {
 namespace {
 
-int Threads(int threads) { return threads > 0 ? threads : omp_get_max_threads(); }
+int Threads(int threads) { return internal::TeamSize(threads, "elementwise"); }
 
 // Element i of an f32 or bf16 buffer as fp32.
 inline float Load(const void* p, bool bf16, int64_t i) {

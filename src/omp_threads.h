@@ -1,4 +1,5 @@
-// Internal: sets the calling thread's OpenMP thread count for a scope. oneDNN's OpenMP
+// Internal: the team size of a `threads` option, and the calling thread's OpenMP thread
+// count set for a scope. oneDNN's OpenMP
 // runtime sizes its parallel regions by omp_get_max_threads() of the calling thread, both
 // when it creates a primitive (the blocking it picks depends on the thread count) and when
 // it runs one.
@@ -6,7 +7,16 @@
 
 #include <omp.h>
 
+#include "mxtrain/error.h"
+
 namespace mxtrain::internal {
+
+// The team size of a public function's `threads` option: 0 means all cores; a negative
+// count is an error naming `op`, not a silent "all cores".
+inline int TeamSize(int threads, const char* op) {
+  MXTRAIN_CHECK(threads >= 0, op, ": threads must be >= 0 (0: all cores), got ", threads);
+  return threads > 0 ? threads : omp_get_max_threads();
+}
 
 class ScopedOmpThreads {
  public:

@@ -13,6 +13,7 @@
 #include "mxtrain/elementwise.h"
 #include "mxtrain/error.h"
 #include "mxtrain/hp_gemm.h"
+#include "mxtrain/quantize.h"
 #include "test_util.h"
 
 namespace mxtrain {
@@ -180,6 +181,13 @@ TEST(HpGemm, EmptyShapesAndErrors) {
   EXPECT_THROW(HpGemm(Tensor::Zeros(DType::kU8, {4, 8}), Contract::kLast, a, Contract::kLast,
                       DType::kF32), Error);
   EXPECT_THROW(ForceHpGemmPath("cublas"), Error);
+  // A negative thread count names the function instead of meaning "all cores".
+  GemmOptions negative;
+  negative.threads = -1;
+  const Tensor m = MakeF32({2, 3}, RandomValues(6, 99, -1, 1));
+  EXPECT_THROW(HpGemm(m, Contract::kLast, m, Contract::kLast, DType::kF32, negative), Error);
+  EXPECT_THROW(MxGemm(QuantizeRowwise(m, {}), QuantizeRowwise(m, {}), negative), Error);
+  EXPECT_THROW(CastTo(m, DType::kBF16, MemoryCategory::kWorkspace, -3), Error);
 }
 
 TEST(HpGemm, GroupedFormsEqualPerGroupCalls) {

@@ -545,6 +545,15 @@ TEST(Errors, BadInputsRaise) {
   EXPECT_THROW(Dequantize(QuantizeRowwise(Tensor::Zeros(DType::kF32, {2, 32}), {}), DType::kU8),
                Error);
   EXPECT_THROW(ForceSimdTarget("NEON9000"), Error);
+  // A negative thread count is an error, not "all cores" (0 is all cores).
+  QuantizeOptions o;
+  o.threads = -1;
+  EXPECT_THROW(QuantizeRowwise(Tensor::Zeros(DType::kF32, {2, 32}), o), Error);
+  EXPECT_THROW(Dequantize(QuantizeRowwise(Tensor::Zeros(DType::kF32, {2, 32}), {}),
+                          DType::kF32, -2),
+               Error);
+  o.threads = 0;
+  EXPECT_NO_THROW(QuantizeRowwise(Tensor::Zeros(DType::kF32, {2, 32}), o));
 }
 
 }  // namespace

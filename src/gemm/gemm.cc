@@ -13,6 +13,7 @@
 
 #include "gemm/kernels.h"
 #include "mxtrain/error.h"
+#include "omp_threads.h"
 
 namespace mxtrain {
 namespace {
@@ -218,7 +219,7 @@ std::string CurrentGemmPath() {
 Tensor MxGemm(const MxTensor& a, const MxTensor& b, const GemmOptions& options) {
   const Checked c = CheckOperands(a, b, options);
   Tensor c32 = ResultBuffer(c, options);
-  const int threads = options.threads > 0 ? options.threads : omp_get_max_threads();
+  const int threads = internal::TeamSize(options.threads, "gemm");
   const RowScaleStats a_stats = RowScaleStats::Of(c.a, threads);
   const RowScaleStats b_stats = RowScaleStats::Of(c.b, threads);
   const bool overwrite = options.accumulate == nullptr;

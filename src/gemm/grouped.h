@@ -15,6 +15,7 @@
 #include "mxtrain/error.h"
 #include "mxtrain/gemm.h"
 #include "mxtrain/group_list.h"
+#include "omp_threads.h"
 
 namespace mxtrain::internal {
 
@@ -105,7 +106,7 @@ Tensor GroupedRowsGemm(const GroupList& groups, int64_t experts, int64_t x_rows,
         op, ": bias must be f32 [", experts, ", ", out_cols, "]");
   }
   Tensor y = Tensor::Empty(options.out_dtype, {groups.total_rows(), out_cols}, options.category);
-  const int threads = options.threads > 0 ? options.threads : omp_get_max_threads();
+  const int threads = TeamSize(options.threads, op);
   ForEachGroup(groups, threads, mode, [&](int e, int group_threads) {
     GemmOptions o = options;
     o.threads = group_threads;
@@ -145,7 +146,7 @@ Tensor GroupedWgradGemm(const GroupList& groups, const Shape& shape, const GemmO
       std::memset(dw_e.raw(), 0, dw_e.NumBytes());
     }
   }
-  const int threads = options.threads > 0 ? options.threads : omp_get_max_threads();
+  const int threads = TeamSize(options.threads, op);
   ForEachGroup(groups, threads, mode, [&](int e, int group_threads) {
     Tensor dw_e = out.Slice(e, e + 1).Reshape({shape[1], shape[2]});
     GemmOptions o = options;

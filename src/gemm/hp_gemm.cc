@@ -245,7 +245,7 @@ Tensor HpGemm(const Tensor& a, Contract a_contract, const Tensor& b, Contract b_
               DType compute, const GemmOptions& options) {
   MXTRAIN_CHECK(compute == DType::kF32 || compute == DType::kBF16,
                 "hp gemm: compute type must be f32 or bf16, got ", Name(compute));
-  const int threads = options.threads > 0 ? options.threads : omp_get_max_threads();
+  const int threads = internal::TeamSize(options.threads, "hp gemm");
   const std::string path = CurrentHpGemmPath();
   const bool widen = compute == DType::kBF16 && path == "onednn-f32";
   const HpView av = ViewOf(a, a_contract, compute, widen, threads, "A");

@@ -5,6 +5,7 @@
 
 #include "mxtrain/error.h"
 #include "mxtrain/quantize.h"
+#include "omp_threads.h"
 
 namespace mxtrain {
 namespace {
@@ -45,7 +46,7 @@ Tensor Dequantize(const MxTensor& q, DType out_dtype, int threads) {
   const int64_t row_blocks = CeilDiv(k, kMxBlock);
   const bool rowwise = q.axis() == BlockAxis::kRowwise;
   const ScaleRowMap map{q.groups() ? &*q.groups() : nullptr, q.rows()};
-  const int team = threads > 0 ? threads : omp_get_max_threads();
+  const int team = internal::TeamSize(threads, "dequantize");
 #pragma omp parallel for num_threads(team) schedule(static)
   for (int64_t t = 0; t < team; ++t) {
     const int64_t r0 = rows * t / team;

@@ -11,6 +11,7 @@
 #include "quantize/kernels.h"
 #include "quantize/scale_table.h"
 #include "simd_internal.h"
+#include "omp_threads.h"
 
 namespace mxtrain {
 namespace {
@@ -46,7 +47,7 @@ QuantSource SourceOf(const Tensor& x, const QuantizeOptions& options, const char
 }
 
 int ThreadCount(const QuantizeOptions& options) {
-  return options.threads > 0 ? options.threads : omp_get_max_threads();
+  return internal::TeamSize(options.threads, "quantize");
 }
 
 // Columnwise blocks of a [rows, cols] source split into segments (groups, or the leading
