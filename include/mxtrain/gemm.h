@@ -53,7 +53,7 @@ Tensor MxGemm(const MxTensor& a, const MxTensor& b, const GemmOptions& options =
 // E groups by `groups`; w an MX tensor [E, R, C] holding one matrix per expert, blocked
 // along its contraction axis, so both weight layouts work:
 //   fprop, W [E, N, K]: x = X rowwise, w = W rowwise           => Y  [M, N]
-//   fprop, W [E, K, N] (the seed's layout): w = W columnwise    => Y  [M, N]
+//   fprop, W [E, K, N] (MindSpeed's layout): w = W columnwise    => Y  [M, N]
 //   dgrad, W [E, N, K]: x = dY rowwise, w = W columnwise        => dX [M, K]
 //   dgrad, W [E, K, N]: w = W rowwise                           => dX [M, K]
 // Rows of group e equal MxGemm(x rows of e, w[e]) bit for bit; empty groups give no rows.

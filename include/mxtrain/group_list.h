@@ -1,5 +1,5 @@
 // GroupList: how M rows (tokens sorted by expert) split into consecutive groups, given the
-// way the seed and torch_npu do (group_list_type 0: cumulative ends; 1: counts).
+// way MindSpeed and torch_npu do (group_list_type 0: cumulative ends; 1: counts).
 #pragma once
 
 #include <cstdint>

@@ -8,12 +8,12 @@
 //   policies    per role (input, weight), what the forward keeps for the backward:
 //               quantized: quantize dual-axis now and save the columnwise copy;
 //               deferred:  quantize rowwise now, keep a reference to the high-precision
-//                          tensor and quantize it columnwise in the backward (the seed's
+//                          tensor and quantize it columnwise in the backward (MindSpeed's
 //                          --mxfp8-defer-backward-quant; TE's save_original_input)
 //   reuse       quantize each weight at most once per layout per optimizer step
-//               (WeightQuantCache; the seed's --fp8-reuse-quantized-weight)
+//               (WeightQuantCache; MindSpeed's --fp8-reuse-quantized-weight)
 //
-// Every option is checked when the recipe is made, as the seed's validate_args does: an
+// Every option is checked when the recipe is made, as MindSpeed's validate_args does: an
 // MXFP8 option (format, scale rule, policy, reuse) given with MXFP8 off is an Error.
 // Outputs and gradients do not depend on the policies or on reuse, bit for bit.
 #pragma once

@@ -1,5 +1,5 @@
 // WeightQuantCache: quantized weights for one optimizer step (DESIGN.md "Weight-quant
-// cache"; the seed's --fp8-reuse-quantized-weight). With gradient accumulation every
+// cache"; MindSpeed's --fp8-reuse-quantized-weight). With gradient accumulation every
 // micro-batch multiplies by the same weights, so each is quantized at most once per layout
 // per step.
 //

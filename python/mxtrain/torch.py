@@ -13,15 +13,15 @@ read in place (borrowed, not copied; a non-contiguous input is made contiguous f
 results come back as tensors over the library's buffers. The C++ OpContext, what the
 forward keeps for the backward, lives on the autograd context.
 
-Options mirror the seed's (MindSpeed's MXFP8 matmul and grouped matmul):
+Options mirror MindSpeed's MXFP8 matmul and grouped matmul:
   recipe                 "e4m3" (every operand E4M3) or "hybrid" (E5M2 gradients)
   scale                  E8M0 scale rule: "rceil" (default), "floor", "ceil", "even"
   input_policy,
   weight_policy          what the forward keeps for the backward: "quantized" (the
                          columnwise FP8 copy; the default) or "deferred" (a reference to
                          the high-precision tensor, quantized in the backward)
-  defer_backward_quant   the seed's --mxfp8-defer-backward-quant: both policies deferred
-  reuse_quantized_weight the seed's --fp8-reuse-quantized-weight: each weight is quantized
+  defer_backward_quant   MindSpeed's --mxfp8-defer-backward-quant: both policies deferred
+  reuse_quantized_weight MindSpeed's --fp8-reuse-quantized-weight: each weight is quantized
                          at most once per layout per optimizer step (attach() clears the
                          cache at every step)
 Outputs and gradients do not depend on the policies or on reuse, bit for bit.
