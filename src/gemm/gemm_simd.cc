@@ -20,6 +20,7 @@
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "gemm/gemm_simd.cc"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/cache_control.h>
 #include <hwy/highway.h>
 #include <omp.h>
 
@@ -65,6 +66,10 @@ HWY_INLINE void MicroKernel(const float* HWY_RESTRICT a, const float* HWY_RESTRI
   for (int64_t r = 0; r < kMr; ++r) {
     acc[r][0] = hn::Zero(d);
     acc[r][1] = hn::Zero(d);
+    // C's rows are far apart and long evicted: fetch them while the K loop runs, or each
+    // tile's kMr row misses at the end stall it (the K loop is only ~kc x kMr / 2 cycles).
+    hwy::Prefetch(c + r * ldc);
+    hwy::Prefetch(c + r * ldc + 2 * n - 1);
   }
   for (int64_t k = 0; k < kc; ++k) {
     const V b0 = hn::Load(d, b + k * 2 * n);
