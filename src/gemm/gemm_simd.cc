@@ -48,6 +48,7 @@ constexpr int64_t kMr = 6;
 // K chunk: a B micro-panel (kKc x kNr floats) stays in L1 while A micro-panels stream past
 // it: 16 KiB on AVX2, 32 KiB on AVX-512.
 constexpr int64_t kKc = 256;
+static_assert(kKc % kMxBlock == 0, "K chunks hold whole MX blocks");
 // A block per thread, in L2: ~200 KiB of A micro-panels (a quarter of a Zen 2 L2).
 constexpr int64_t kABlockBytes = 200 * 1024;
 // Columns per B panel: at most 4096 (4 MiB of fp32 at kKc = 256), so that it stays in L3.
@@ -106,6 +107,9 @@ struct DecodeTables {
   }
 };
 
+// Rows (or K steps) ahead of the one packed whose codes are prefetched.
+constexpr int64_t kAhead = 8;
+
 // Logical rows [f0, f0 + width) of an operand over K [k0, k0 + kc) as dst[k][width]
 // (decoded, scales folded in); rows past op.free and K past op.s are zero.
 void PackPanel(const GemmOperand& op, const DecodeTables& t, int64_t f0, int64_t width,
@@ -121,8 +125,16 @@ void PackPanel(const GemmOperand& op, const DecodeTables& t, int64_t f0, int64_t
       }
       const uint8_t* codes = op.data + f * op.s + k0;
       const uint8_t* scales = op.scales + f * op.blocks;
-      for (int64_t k = 0; k < k_end; ++k) {
-        dst[k * width + w] = t.value[codes[k]] * t.scale[scales[(k0 + k) / kMxBlock]];
+      // A row's codes for one chunk are only 4 cache lines, too short a stream for the
+      // hardware prefetchers: fetch those of the row kAhead rows on.
+      if (f + kAhead < op.free) {
+        for (int64_t l = 0; l < k_end; l += 64) hwy::Prefetch(codes + kAhead * op.s + l);
+      }
+      // k0 is a multiple of the MX block: one scale per 32 codes.
+      for (int64_t kb = 0; kb < k_end; kb += kMxBlock) {
+        const float scale = t.scale[scales[(k0 + kb) / kMxBlock]];
+        const int64_t kb_end = std::min(k_end, kb + kMxBlock);
+        for (int64_t k = kb; k < kb_end; ++k) dst[k * width + w] = t.value[codes[k]] * scale;
       }
       for (int64_t k = k_end; k < kc; ++k) dst[k * width + w] = 0.0f;
     }
@@ -138,6 +150,8 @@ void PackPanel(const GemmOperand& op, const DecodeTables& t, int64_t f0, int64_t
     }
     const uint8_t* codes = op.data + (k0 + k) * op.free + f0;
     const uint8_t* scales = op.scales + ((k0 + k) / kMxBlock) * op.free + f0;
+    // Each K step reads one new line: fetch the one kAhead steps on.
+    if (k + kAhead < k_end) hwy::Prefetch(codes + kAhead * op.free);
     for (int64_t w = 0; w < w_end; ++w) out[w] = t.value[codes[w]] * t.scale[scales[w]];
     for (int64_t w = w_end; w < width; ++w) out[w] = 0.0f;
   }
