@@ -198,27 +198,30 @@ void RunGemm(const GemmProblem& p, std::vector<uint8_t>& skipped) {
           for (int64_t ip = ic; ip < ic_end; ++ip) {
             PackPanel(p.a, ta, ip * kMr, kMr, k0, kc, ap + (ip - ic) * kKc * kMr);
           }
-          for (int64_t jp = cp0; jp < cp1; ++jp) {
+          const auto tile = [&](int64_t ip, int64_t jp) {
+            if (!block_ok[ip * blocks_j + jp]) return;
             const float* b = bp + (jp - jc) * kKc * nr;
             const int64_t j0 = jp * nr, w = std::min(nr, cols - j0);
-            for (int64_t ip = ic; ip < ic_end; ++ip) {
-              if (!block_ok[ip * blocks_j + jp]) continue;
-              const float* a = ap + (ip - ic) * kKc * kMr;
-              const int64_t i0 = ip * kMr, h = std::min(kMr, rows - i0);
-              float* c = p.c + i0 * cols + j0;
-              if (h == kMr && w == nr) {
-                MicroKernel(a, b, kc, c, cols, add);
-                continue;
-              }
-              // An edge block: through a buffer, then the part of C that exists.
-              MicroKernel(a, b, kc, edge, nr, false);
-              for (int64_t r = 0; r < h; ++r) {
-                for (int64_t j = 0; j < w; ++j) {
-                  float& out = c[r * cols + j];
-                  out = add ? out + edge[r * nr + j] : edge[r * nr + j];
-                }
+            const float* a = ap + (ip - ic) * kKc * kMr;
+            const int64_t i0 = ip * kMr, h = std::min(kMr, rows - i0);
+            float* c = p.c + i0 * cols + j0;
+            if (h == kMr && w == nr) {
+              MicroKernel(a, b, kc, c, cols, add);
+              return;
+            }
+            // An edge block: through a buffer, then the part of C that exists.
+            MicroKernel(a, b, kc, edge, nr, false);
+            for (int64_t r = 0; r < h; ++r) {
+              for (int64_t j = 0; j < w; ++j) {
+                float& out = c[r * cols + j];
+                out = add ? out + edge[r * nr + j] : edge[r * nr + j];
               }
             }
+          };
+          // B micro-panel outer (in L1), A micro-panels inner (from L2). A micro-panel in
+          // L1 with B streamed from L2 instead (nc = 1024) measured 0.72-0.97x of this.
+          for (int64_t jp = cp0; jp < cp1; ++jp) {
+            for (int64_t ip = ic; ip < ic_end; ++ip) tile(ip, jp);
           }
         }
         // The next chunk's B pack overwrites this one.
