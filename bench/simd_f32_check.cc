@@ -11,21 +11,20 @@
 #include <immintrin.h>
 #include <omp.h>
 
-#include <oneapi/dnnl/dnnl.hpp>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
+#include <oneapi/dnnl/dnnl.hpp>
 #include <string>
 #include <vector>
 
 #include "bench/bench_util.h"
 #include "mxtrain/bench.h"
-#include "mxtrain/quantize.h"
 #include "mxtrain/gemm.h"
 #include "mxtrain/group_list.h"
+#include "mxtrain/quantize.h"
 #include "mxtrain/simd.h"
 #include "mxtrain/tensor.h"
 
@@ -60,9 +59,10 @@ __attribute__((target("avx2,fma"))) float PeakAvx2(long iters) {
   for (long it = 0; it < iters; ++it) {
 #pragma GCC unroll 12
     for (int i = 0; i < 12; ++i) acc[i] = _mm256_fmadd_ps(acc[i], x, y);
-    asm volatile("" : "+x"(acc[0]), "+x"(acc[1]), "+x"(acc[2]), "+x"(acc[3]), "+x"(acc[4]),
-                 "+x"(acc[5]), "+x"(acc[6]), "+x"(acc[7]), "+x"(acc[8]), "+x"(acc[9]),
-                 "+x"(acc[10]), "+x"(acc[11]));
+    asm volatile(""
+                 : "+x"(acc[0]), "+x"(acc[1]), "+x"(acc[2]), "+x"(acc[3]), "+x"(acc[4]),
+                   "+x"(acc[5]), "+x"(acc[6]), "+x"(acc[7]), "+x"(acc[8]), "+x"(acc[9]),
+                   "+x"(acc[10]), "+x"(acc[11]));
   }
   __m256 s = acc[0];
   for (int i = 1; i < 12; ++i) s = _mm256_add_ps(s, acc[i]);
@@ -76,9 +76,10 @@ __attribute__((target("avx512f"))) float PeakAvx512(long iters) {
   for (long it = 0; it < iters; ++it) {
 #pragma GCC unroll 12
     for (int i = 0; i < 12; ++i) acc[i] = _mm512_fmadd_ps(acc[i], x, y);
-    asm volatile("" : "+v"(acc[0]), "+v"(acc[1]), "+v"(acc[2]), "+v"(acc[3]), "+v"(acc[4]),
-                 "+v"(acc[5]), "+v"(acc[6]), "+v"(acc[7]), "+v"(acc[8]), "+v"(acc[9]),
-                 "+v"(acc[10]), "+v"(acc[11]));
+    asm volatile(""
+                 : "+v"(acc[0]), "+v"(acc[1]), "+v"(acc[2]), "+v"(acc[3]), "+v"(acc[4]),
+                   "+v"(acc[5]), "+v"(acc[6]), "+v"(acc[7]), "+v"(acc[8]), "+v"(acc[9]),
+                   "+v"(acc[10]), "+v"(acc[11]));
   }
   return _mm512_reduce_add_ps(acc[0]) + _mm512_reduce_add_ps(acc[11]);
 }
@@ -245,8 +246,8 @@ int main(int argc, char** argv) {
   // oneDNN on the same ISA as the target measured (it would pick AVX-512 kernels here).
   dnnl::set_max_cpu_isa(avx512 ? dnnl::cpu_isa::avx512_core : dnnl::cpu_isa::avx2);
   const double peak = PeakGflops(avx512, threads);
-  std::printf("target %s  peak %.1f GFLOP/s (%s, 12 chains x %d threads)\n", target.c_str(),
-              peak, avx512 ? "zmm" : "ymm", threads);
+  std::printf("target %s  peak %.1f GFLOP/s (%s, 12 chains x %d threads)\n", target.c_str(), peak,
+              avx512 ? "zmm" : "ymm", threads);
   std::printf("%-22s %9s %6s %9s %6s %8s\n", "case", "mx", "peak", "onednn", "ratio", "vs_dense");
   for (mxtrain::GemmBenchCase c : mxtrain::StandardGemmBenchCases()) {
     if (c.name.rfind("smoke", 0) == 0) continue;

@@ -19,8 +19,8 @@
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "gemm/gemm_simd.cc"
-#include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/cache_control.h>
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
 #include <omp.h>
 
@@ -58,8 +58,8 @@ int64_t Nr() { return 2 * static_cast<int64_t>(hn::Lanes(D())); }
 
 // C[kMr x kNr] (row stride ldc) = acc (add: C + acc), acc = A micro-panel . B micro-panel
 // over kc K steps; a: [kc][kMr], b: [kc][kNr], both 64-byte aligned.
-HWY_INLINE void MicroKernel(const float* HWY_RESTRICT a, const float* HWY_RESTRICT b,
-                            int64_t kc, float* HWY_RESTRICT c, int64_t ldc, bool add) {
+HWY_INLINE void MicroKernel(const float* HWY_RESTRICT a, const float* HWY_RESTRICT b, int64_t kc,
+                            float* HWY_RESTRICT c, int64_t ldc, bool add) {
   const D d;
   const int64_t n = static_cast<int64_t>(hn::Lanes(d));
   V acc[kMr][2];
@@ -112,8 +112,8 @@ constexpr int64_t kAhead = 8;
 
 // Logical rows [f0, f0 + width) of an operand over K [k0, k0 + kc) as dst[k][width]
 // (decoded, scales folded in); rows past op.free and K past op.s are zero.
-void PackPanel(const GemmOperand& op, const DecodeTables& t, int64_t f0, int64_t width,
-               int64_t k0, int64_t kc, float* HWY_RESTRICT dst) {
+void PackPanel(const GemmOperand& op, const DecodeTables& t, int64_t f0, int64_t width, int64_t k0,
+               int64_t kc, float* HWY_RESTRICT dst) {
   const int64_t k_end = std::min(kc, op.s - k0);  // valid K steps
   if (!op.contract_rows) {
     // Rowwise storage: each row's codes are contiguous along K.
@@ -167,8 +167,7 @@ void RunGemm(const GemmProblem& p, std::vector<uint8_t>& skipped) {
   const int64_t mc_panels = std::max<int64_t>(1, kABlockBytes / (kMr * kKc * 4));
   const DecodeTables ta(p.a.format), tb(p.b.format);
   // B panel of one (column block, K chunk): nc_panels micro-panels of [kKc][nr].
-  Tensor b_pack =
-      Tensor::Empty(DType::kF32, {nc_panels * kKc * nr}, MemoryCategory::kWorkspace);
+  Tensor b_pack = Tensor::Empty(DType::kF32, {nc_panels * kKc * nr}, MemoryCategory::kWorkspace);
   float* bp = b_pack.data<float>();
   // Rows split between threads when each gets at least two micro-panels of rows; else the
   // threads split the column micro-panels of each block (each packs the A rows it needs).
