@@ -6,6 +6,7 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <numeric>
@@ -16,6 +17,7 @@
 #include "mxtrain/error.h"
 #include "mxtrain/gemm.h"
 #include "mxtrain/quantize.h"
+#include "mxtrain/simd.h"
 #include "gemm_test_util.h"
 #include "test_util.h"
 
@@ -236,6 +238,79 @@ TEST(Gemm, EmptyShapes) {
     const MxTensor none = QuantizeRowwise(Tensor::Zeros(DType::kF32, {0, 64}), {});
     const MxTensor w = QuantizeRowwise(Tensor::Zeros(DType::kF32, {5, 64}), {});
     EXPECT_EQ(MxGemm(none, w).shape(), (Shape{0, 5}));
+  }
+  ForceGemmPath("");
+}
+
+// The simd-f32 path on every Highway target this machine has (gemm_test's other tests
+// run only the best one): remainders of its register tile (6 or 14 rows x 2 vectors) and
+// of its 256-long K chunks, partial MX blocks, an odd large shape, the three training
+// layouts, accumulation and bias, each against the double-precision oracle (computed once
+// per product, checked for every target).
+TEST(Gemm, SimdF32EveryTargetAgainstOracle) {
+  const std::vector<std::string> paths = AvailableGemmPaths();
+  ASSERT_NE(std::find(paths.begin(), paths.end(), "simd-f32"), paths.end());
+  ForceGemmPath("simd-f32");
+  const std::vector<std::string> targets = AvailableSimdTargets();
+  // Runs gemm() on every target and checks each result against the oracle.
+  const auto every_target = [&](const testing_util::BoundOracle& oracle, const std::string& what,
+                                auto&& gemm) {
+    for (const std::string& target : targets) {
+      const testing_util::ScopedSimdTarget scoped(target);
+      oracle.Check(gemm(), target + " " + what);
+    }
+  };
+  uint64_t seed = 1000;
+  for (int64_t m : {1, 5, 6, 7, 13, 14, 15, 29, 70}) {
+    for (int64_t n : {1, 9, 16, 17, 31, 33, 64, 70}) {
+      for (int64_t k : {1, 31, 32, 33, 70, 257}) {
+        const Tensor a = MakeF32({m, k}, RandomValues(m * k, ++seed, -3, 3));
+        const Tensor b = MakeF32({n, k}, RandomValues(n * k, ++seed, -3, 3));
+        const MxTensor qa = QuantizeRowwise(a, {}), qb = QuantizeRowwise(b, {});
+        every_target(testing_util::BoundOracle(qa, qb), StrCat(m, "x", n, "x", k, " seed ", seed),
+                     [&] { return MxGemm(qa, qb); });
+      }
+    }
+  }
+  // The three layouts over K = 600 (three K chunks, the last partial) on 2 threads.
+  const Operands o = MakeTrainingOperands(200, 70, 600, 2024, -4, 4);
+  GemmOptions two;
+  two.threads = 2;
+  every_target(testing_util::BoundOracle(o.x_row, o.w_row), "fprop",
+               [&] { return MxGemm(o.x_row, o.w_row, two); });
+  every_target(testing_util::BoundOracle(o.dy_row, o.w_col), "dgrad",
+               [&] { return MxGemm(o.dy_row, o.w_col, two); });
+  every_target(testing_util::BoundOracle(o.dy_col, o.x_col), "wgrad",
+               [&] { return MxGemm(o.dy_col, o.x_col, two); });
+  // An odd large operand with a bias.
+  const MxTensor big_a =
+      QuantizeRowwise(MakeF32({993, 512}, RandomValues(993 * 512, 2025, -2, 2)), {});
+  const MxTensor big_b =
+      QuantizeRowwise(MakeF32({77, 512}, RandomValues(77 * 512, 2026, -2, 2)), {});
+  Tensor bias = MakeF32({77}, RandomValues(77, 2027, -1, 1));
+  GemmOptions with_bias = two;
+  with_bias.bias = &bias;
+  every_target(testing_util::BoundOracle(big_a, big_b, &bias), "993x512 bias",
+               [&] { return MxGemm(big_a, big_b, with_bias); });
+  // Accumulate (C += A.B^T) on one thread and on two: the same bytes.
+  const std::vector<float> before_values = RandomValues(70 * 600, 2028, -1, 1);
+  const Tensor before = MakeF32({70, 600}, before_values);
+  for (int threads : {1, 2}) {
+    every_target(testing_util::BoundOracle(o.dy_col, o.x_col, nullptr, &before),
+                 StrCat("wgrad accumulate, threads ", threads), [&] {
+                   Tensor acc = MakeF32({70, 600}, before_values);
+                   GemmOptions ao;
+                   ao.threads = threads;
+                   ao.accumulate = &acc;
+                   MxGemm(o.dy_col, o.x_col, ao);
+                   GemmOptions one = two;
+                   one.threads = 3 - threads;
+                   Tensor other = MakeF32({70, 600}, before_values);
+                   one.accumulate = &other;
+                   MxGemm(o.dy_col, o.x_col, one);
+                   EXPECT_TRUE(testing_util::BytesEqual(acc, other)) << threads;
+                   return acc;
+                 });
   }
   ForceGemmPath("");
 }
