@@ -53,11 +53,11 @@ ParsedArgs ParsedArgs::Parse(const std::vector<std::string>& args, std::string_v
       words.push_back("--help");
       continue;
     }
-    const auto spec = std::find_if(flags.begin(), flags.end(),
-                                   [&](const FlagSpec& f) { return f.name == name; });
+    const auto spec =
+        std::find_if(flags.begin(), flags.end(), [&](const FlagSpec& f) { return f.name == name; });
     MXTRAIN_CHECK(spec != flags.end(), "unknown flag '--", name, "' for '", command, "'");
-    MXTRAIN_CHECK(spec->takes_value || eq == std::string::npos, "flag '--", name, "' of '",
-                  command, "' takes no value");
+    MXTRAIN_CHECK(spec->takes_value || eq == std::string::npos, "flag '--", name, "' of '", command,
+                  "' takes no value");
     const bool empty_value = eq + 1 == arg.size();
     words.push_back(empty_value ? arg.substr(0, eq) : arg);
     if (empty_value) words.emplace_back();
@@ -83,7 +83,8 @@ ParsedArgs ParsedArgs::Parse(const std::vector<std::string>& args, std::string_v
   } catch (const CLI::Error& e) {
     Fail("cannot parse the arguments of '", command, "': ", e.what());
   }
-  if (flags_end != args.end()) parsed.positional_.insert(parsed.positional_.end(), flags_end + 1, args.end());
+  if (flags_end != args.end())
+    parsed.positional_.insert(parsed.positional_.end(), flags_end + 1, args.end());
   for (const std::string& extra : app.remaining()) {
     Fail("unknown flag '", extra.substr(0, extra.find('=')), "' for '", command, "'");
   }
@@ -91,8 +92,8 @@ ParsedArgs ParsedArgs::Parse(const std::vector<std::string>& args, std::string_v
   for (const CLI::Option* opt : app.parse_order()) {
     if (opt->get_name().rfind("--", 0) != 0 || opt->get_name() == "--help") continue;
     const std::string name = opt->get_name().substr(2);
-    MXTRAIN_CHECK(parsed.values_.count(name) == 0, "flag '--", name, "' given twice for '",
-                  command, "'");
+    MXTRAIN_CHECK(parsed.values_.count(name) == 0, "flag '--", name, "' given twice for '", command,
+                  "'");
     const bool takes_value = opt->get_items_expected_max() > 0;
     const std::string value = takes_value ? opt->results().front() : std::string();
     MXTRAIN_CHECK(value != kNoValue, "flag '--", name, "' of '", command, "' needs a value");

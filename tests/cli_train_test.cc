@@ -104,7 +104,8 @@ TEST_F(CliTrainTest, WritesTheRunDirectory) {
     for (const char* key : {"final_train_loss", "final_val_loss", "tokens_per_s", "step_ms"}) {
       EXPECT_GT(s.at(key).get<double>(), 0) << key;
     }
-    for (const char* key : {"peak_bytes", "saved_bytes"}) EXPECT_GT(s.at(key).get<int64_t>(), 0) << key;
+    for (const char* key : {"peak_bytes", "saved_bytes"})
+      EXPECT_GT(s.at(key).get<int64_t>(), 0) << key;
     const std::string run = Out(std::string("run/") + names[i]);
     EXPECT_EQ(TrainLosses(run + "/metrics.csv").size(), 4u);
     ExpectCheckpointLoads(run + "/checkpoint.safetensors", 4);

@@ -2,8 +2,6 @@
 // rejects on mxtrain's behalf, the checks mxtrain adds (duplicate keys, bounded nesting),
 // one-line errors, and the exact text the writers rely on (safetensors headers,
 // summary.json).
-#include "io/json_util.h"
-
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -11,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "io/json_util.h"
 #include "mxtrain/error.h"
 
 namespace mxtrain::internal {
@@ -82,7 +81,9 @@ TEST(JsonTest, StringEscapesRoundTrip) {
   }
   EXPECT_EQ(DumpJson(Json("a\"b\\c\n\t\b\f\r\x01\x1f")), R"("a\"b\\c\n\t\b\f\r\u0001\u001f")");
   EXPECT_EQ(DumpJson(Json("caf\xc3\xa9/")), "\"caf\xc3\xa9/\"");  // UTF-8 and '/' as is
-  EXPECT_EQ(ParseJson(R"("\ud83d\ude00\u0041\/")").get<std::string>(), "\xf0\x9f\x98\x80" "A/");
+  EXPECT_EQ(ParseJson(R"("\ud83d\ude00\u0041\/")").get<std::string>(),
+            "\xf0\x9f\x98\x80"
+            "A/");
   try {
     DumpJson(Json("bad\xff"));  // not UTF-8: the output would not be JSON
     ADD_FAILURE() << "no error";
@@ -93,12 +94,41 @@ TEST(JsonTest, StringEscapesRoundTrip) {
 }
 
 TEST(JsonTest, RejectsInvalidText) {
-  for (const char* text :
-       {"", "   ", "{", "[1,]", "{\"a\":1,}", "[1 2]", "{\"a\" 1}", "{'a':1}", "[1] x", "tru",
-        "NaN", "Infinity", "// c\n1", "/* c */ 1", "01", "-", "1.", ".5", "+1", "1e", "1e+",
-        "\"abc", "\"abc\\", "\"a\nb\"", "\"\\x41\"", "\"\\u12\"", "\"\\u12g4\"", "\"\\ud83d\"",
-        "\"\\ud83d\\u0041\"", "\"\\ude00\"", "\"\xff\"", "\"\xc3\"", "\"\xc0\xaf\"",
-        "\"\xed\xa0\x80\"", "\"\xf4\x90\x80\x80\""}) {
+  for (const char* text : {"",
+                           "   ",
+                           "{",
+                           "[1,]",
+                           "{\"a\":1,}",
+                           "[1 2]",
+                           "{\"a\" 1}",
+                           "{'a':1}",
+                           "[1] x",
+                           "tru",
+                           "NaN",
+                           "Infinity",
+                           "// c\n1",
+                           "/* c */ 1",
+                           "01",
+                           "-",
+                           "1.",
+                           ".5",
+                           "+1",
+                           "1e",
+                           "1e+",
+                           "\"abc",
+                           "\"abc\\",
+                           "\"a\nb\"",
+                           "\"\\x41\"",
+                           "\"\\u12\"",
+                           "\"\\u12g4\"",
+                           "\"\\ud83d\"",
+                           "\"\\ud83d\\u0041\"",
+                           "\"\\ude00\"",
+                           "\"\xff\"",
+                           "\"\xc3\"",
+                           "\"\xc0\xaf\"",
+                           "\"\xed\xa0\x80\"",
+                           "\"\xf4\x90\x80\x80\""}) {
     ExpectParseError(text);
   }
   ExpectParseError(std::string_view("[1,\0]", 5));
@@ -116,8 +146,7 @@ TEST(JsonTest, NumbersAtTheEdges) {
   EXPECT_EQ(ParseJson("1e308").get<double>(), 1e308);
   EXPECT_EQ(ParseJson("1e-400").get<double>(), 0.0);  // underflow rounds to zero
   EXPECT_EQ(ParseJson("9007199254740993").get<uint64_t>(), 9007199254740993u);
-  EXPECT_EQ(ParseJson("-9223372036854775808").get<int64_t>(),
-            std::numeric_limits<int64_t>::min());
+  EXPECT_EQ(ParseJson("-9223372036854775808").get<int64_t>(), std::numeric_limits<int64_t>::min());
   EXPECT_TRUE(ParseJson("123456789012345678901234567890").is_number_float());
   EXPECT_EQ(ParseJson("4.9406564584124654e-324").get<double>(),
             std::numeric_limits<double>::denorm_min());

@@ -84,7 +84,6 @@ class SafetensorsTest : public testing_util::TempDirTest {
     } catch (const Error&) {
     }
   }
-
 };
 
 const std::vector<Shape>& RankShapes() {
@@ -139,11 +138,10 @@ TEST_F(SafetensorsTest, HeaderTextIsCompactInWriteOrder) {
   const Tensor b = RandomTensor(DType::kF32, Shape{2}, 1);
   const Tensor a = RandomTensor(DType::kU8, Shape{}, 2);
   WriteSafetensors(path, {{"b", b}, {"a\n\xc3\xa9\"", a}}, {{"k", "v"}, {"a", "\x01"}});
-  std::string header =
-      R"({"__metadata__":{"a":"\u0001","k":"v"},"b":{"dtype":"F32","shape":[2],)"
-      R"("data_offsets":[0,8]},"a\n)"
-      "\xc3\xa9"
-      R"(\"":{"dtype":"U8","shape":[],"data_offsets":[8,9]}})";
+  std::string header = R"({"__metadata__":{"a":"\u0001","k":"v"},"b":{"dtype":"F32","shape":[2],)"
+                       R"("data_offsets":[0,8]},"a\n)"
+                       "\xc3\xa9"
+                       R"(\"":{"dtype":"U8","shape":[],"data_offsets":[8,9]}})";
   header.append((8 - header.size() % 8) % 8, ' ');
   EXPECT_EQ(ReadBytes(path), RawSafetensors(header, Bytes(b) + Bytes(a)));
 }

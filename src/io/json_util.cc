@@ -34,8 +34,7 @@ Json ParseJson(std::string_view text) {
   // files never hold one, and the old reader refused it.
   if (text.rfind("\xEF\xBB\xBF", 0) == 0) Fail("invalid JSON: a byte order mark at offset 0");
   std::vector<std::set<std::string>> keys;  // of each open object
-  const Json::parser_callback_t check = [&](int depth, Json::parse_event_t event,
-                                            Json& parsed) {
+  const Json::parser_callback_t check = [&](int depth, Json::parse_event_t event, Json& parsed) {
     switch (event) {
       case Json::parse_event_t::object_start:
       case Json::parse_event_t::array_start:

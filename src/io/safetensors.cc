@@ -152,9 +152,9 @@ class HeaderReader {
                  "] that end before they begin"));
     }
     if (e.end - e.begin != bytes) {
-      Bad(StrCat(tensor, " of dtype ", dtype, " and shape ", Shape(e.shape).ToString(),
-                 " needs ", bytes, " bytes, but its data_offsets [", e.begin, ", ", e.end,
-                 "] span ", e.end - e.begin));
+      Bad(StrCat(tensor, " of dtype ", dtype, " and shape ", Shape(e.shape).ToString(), " needs ",
+                 bytes, " bytes, but its data_offsets [", e.begin, ", ", e.end, "] span ",
+                 e.end - e.begin));
     }
     return e;
   }
@@ -215,8 +215,8 @@ SafetensorsFile ReadSafetensors(const std::string& path) {
   uint64_t end = 0;  // of the data so far
   for (const Entry& e : entries) {
     if (e.begin != end) {
-      reader.Bad(StrCat("tensor ", QuotedForMessage(e.name), " has data_offsets [", e.begin,
-                        ", ", e.end, "] but the previous tensor ends at ", end,
+      reader.Bad(StrCat("tensor ", QuotedForMessage(e.name), " has data_offsets [", e.begin, ", ",
+                        e.end, "] but the previous tensor ends at ", end,
                         e.begin < end ? " (overlap)" : " (a hole)"));
     }
     end = e.end;
