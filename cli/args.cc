@@ -1,5 +1,7 @@
 #include "args.h"
 
+#include <CLI/CLI.hpp>
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -13,12 +15,9 @@
 namespace mxtrain::cli {
 namespace {
 
-const FlagSpec* FindFlag(const std::vector<FlagSpec>& flags, std::string_view name) {
-  for (const FlagSpec& f : flags) {
-    if (f.name == name) return &f;
-  }
-  return nullptr;
-}
+// What CLI11 stores for a value flag given without its value ("--out" last, or followed
+// by another flag): distinct from an explicit empty value, which is a different error.
+constexpr char kNoValue[] = "\x01(no value)";
 
 // A whole decimal integer that fits int64_t, with an optional sign.
 bool ToInt64(std::string_view text, int64_t* v) {
@@ -35,43 +34,70 @@ ParsedArgs ParsedArgs::Parse(const std::vector<std::string>& args, std::string_v
                              const std::vector<FlagSpec>& flags) {
   ParsedArgs parsed;
   parsed.command_ = std::string(command);
-  bool flags_ended = false;
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& arg = args[i];
-    if (flags_ended || arg.size() < 2 || arg.compare(0, 2, "--") != 0) {
-      if (!flags_ended && arg == "-h") {
-        parsed.help_ = true;
-      } else {
-        parsed.positional_.push_back(arg);
-      }
-      continue;
-    }
-    if (arg == "--") {
-      flags_ended = true;
-      continue;
-    }
+  // Long flags are checked here, from the left, before CLI11 sees them: an unknown one is
+  // named with the command; "--flag=value" of a flag without a value is an error (CLI11
+  // would read "--flag=true" as a boolean); and "--name=" stays an explicit empty value
+  // (CLI11 would drop it and take the next argument as the value).
+  // "--" ends the flags: what follows is positional, after what CLI11 finds before it.
+  const auto flags_end = std::find(args.begin(), args.end(), "--");
+  std::vector<std::string> words;
+  for (auto it = args.begin(); it != flags_end; ++it) {
+    const std::string& arg = *it;
     const size_t eq = arg.find('=');
-    const std::string name = arg.substr(2, eq == std::string::npos ? std::string::npos : eq - 2);
-    if (name == "help") {
-      parsed.help_ = true;
+    if (arg.rfind("--", 0) != 0) {
+      words.push_back(arg);
       continue;
     }
-    const FlagSpec* spec = FindFlag(flags, name);
-    MXTRAIN_CHECK(spec != nullptr, "unknown flag '--", name, "' for '", command, "'");
-    MXTRAIN_CHECK(!parsed.Has(name), "flag '--", name, "' given twice for '", command, "'");
-    std::string value;
-    if (!spec->takes_value) {
-      MXTRAIN_CHECK(eq == std::string::npos, "flag '--", name, "' of '", command,
-                    "' takes no value");
-    } else if (eq != std::string::npos) {
-      value = arg.substr(eq + 1);
-    } else {
-      // A following "--flag" is taken as a forgotten value, not as the value itself.
-      MXTRAIN_CHECK(i + 1 < args.size() && args[i + 1].compare(0, 2, "--") != 0, "flag '--", name,
-                    "' of '", command, "' needs a value");
-      value = args[++i];
+    const std::string name = arg.substr(2, eq == std::string::npos ? eq : eq - 2);
+    if (name == "help") {
+      words.push_back("--help");
+      continue;
     }
-    MXTRAIN_CHECK(!spec->takes_value || !value.empty(), "flag '--", name, "' of '", command,
+    const auto spec =
+        std::find_if(flags.begin(), flags.end(), [&](const FlagSpec& f) { return f.name == name; });
+    MXTRAIN_CHECK(spec != flags.end(), "unknown flag '--", name, "' for '", command, "'");
+    MXTRAIN_CHECK(spec->takes_value || eq == std::string::npos, "flag '--", name, "' of '", command,
+                  "' takes no value");
+    const bool empty_value = eq + 1 == arg.size();
+    words.push_back(empty_value ? arg.substr(0, eq) : arg);
+    if (empty_value) words.emplace_back();
+  }
+
+  CLI::App app{std::string(command)};
+  app.set_help_flag();  // help is a flag like any other; the command prints its usage
+  app.add_flag("-h,--help", parsed.help_);
+  app.allow_extras();  // unknown short flags ("-x") are reported below, naming the command
+  app.add_option("positional", parsed.positional_);
+  for (const FlagSpec& f : flags) {
+    const std::string name = "--" + std::string(f.name);
+    // Every occurrence kept (TakeAll), so that a flag given twice is an error, not the last;
+    // a value is optional to CLI11 (expected 0..1), so that "--out --format e5m2" leaves
+    // --out without one instead of taking "--format" as its value.
+    CLI::Option* opt = f.takes_value ? app.add_option(name)->expected(0, 1)->default_str(kNoValue)
+                                     : app.add_flag(name);
+    opt->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  }
+  try {
+    std::vector<std::string> reversed(words.rbegin(), words.rend());  // CLI11 pops the back
+    app.parse(reversed);
+  } catch (const CLI::Error& e) {
+    Fail("cannot parse the arguments of '", command, "': ", e.what());
+  }
+  if (flags_end != args.end())
+    parsed.positional_.insert(parsed.positional_.end(), flags_end + 1, args.end());
+  for (const std::string& extra : app.remaining()) {
+    Fail("unknown flag '", extra.substr(0, extra.find('=')), "' for '", command, "'");
+  }
+  // One entry per occurrence, in the order given: the first problem from the left.
+  for (const CLI::Option* opt : app.parse_order()) {
+    if (opt->get_name().rfind("--", 0) != 0 || opt->get_name() == "--help") continue;
+    const std::string name = opt->get_name().substr(2);
+    MXTRAIN_CHECK(parsed.values_.count(name) == 0, "flag '--", name, "' given twice for '", command,
+                  "'");
+    const bool takes_value = opt->get_items_expected_max() > 0;
+    const std::string value = takes_value ? opt->results().front() : std::string();
+    MXTRAIN_CHECK(value != kNoValue, "flag '--", name, "' of '", command, "' needs a value");
+    MXTRAIN_CHECK(!takes_value || !value.empty(), "flag '--", name, "' of '", command,
                   "' has an empty value");
     parsed.values_[name] = value;
   }

@@ -1,7 +1,10 @@
-// The CLI's flag parser and the small value parsers every subcommand shares.
+// The CLI's flag parser (CLI11 underneath) and the small value parsers every subcommand
+// shares.
 //
 // Flags are "--name value" or "--name=value"; everything else is positional, and "--" ends
-// the flags. Every flag a command accepts is declared up front, so an unknown flag, a flag
+// the flags. An argument of a single '-' and a letter ("-x") is a short flag, of which
+// only "-h" exists (a negative number such as "-1" is a value); write "--out=-x" for such a
+// value. Every flag a command accepts is declared up front, so an unknown flag, a flag
 // given twice or a flag without its value is an Error naming the flag and the command.
 #pragma once
 

@@ -1,6 +1,6 @@
 // `mxtrain train`: trains the MoE byte-level language model (mxtrain/train.h) in one or
 // several precisions on the same data and seed, prints the side-by-side table and writes
-// the run directory (mxtrain/train_report.h). Exit codes: 0 done, 2 bad input (nothing
+// the run directory (mxtrain/train/train_report.h). Exit codes: 0 done, 2 bad input (nothing
 // written), 3 the loss became NaN or Inf (the last checkpoint stays intact).
 #include <unistd.h>
 

@@ -8,7 +8,6 @@
 #include <string>
 #include <vector>
 
-#include "mxtrain/json.h"
 #include "mxtrain/npy.h"
 #include "mxtrain/safetensors.h"
 #include "seed_model.h"

@@ -11,6 +11,8 @@ packages=(
   libgtest-dev     # GoogleTest
   libbenchmark-dev # Google Benchmark
   libdnnl-dev      # oneDNN 2.6: the bf16 matmul baseline of `mxtrain bench gemm` (optional to the build)
+  nlohmann-json3-dev # nlohmann/json 3.11: safetensors headers and summary.json (header-only)
+  libcli11-dev     # CLI11 2.1: the flags of the mxtrain command (header-only)
   # The Python package (README "Python"): built by pip into a venv that sees these.
   python3-dev
   python3-venv

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "mxtrain/json.h"
+#include "io/json_util.h"
 #include "mxtrain/mx_tensor.h"  // cli_test_util.h uses it without including it
 #include "mxtrain/safetensors.h"
 // After the library headers (a block of its own, so that include sorting keeps it here).
@@ -67,20 +67,20 @@ void ExpectCheckpointLoads(const std::string& path, int64_t step) {
   uint64_t n = 0;
   for (int i = 7; i >= 0; --i) n = n << 8 | static_cast<unsigned char>(bytes[i]);
   ASSERT_LE(8 + n, bytes.size());
-  const Json header = Json::Parse(std::string_view(bytes).substr(8, n));
+  const internal::Json header = internal::ParseJson(std::string_view(bytes).substr(8, n));
   const SafetensorsFile file = ReadSafetensors(path);
   EXPECT_EQ(file.metadata.at("train.step"), std::to_string(step));
   EXPECT_EQ(file.metadata.at("model.d_model"), "32");
   int64_t offset = 0, params = 0;
   for (const NamedTensor& t : file.tensors) {
-    const Json& e = header.At(t.name);
-    EXPECT_EQ(e.At("dtype").AsString(), "F32");
+    const internal::Json& e = header.at(t.name);
+    EXPECT_EQ(e.at("dtype").get<std::string>(), "F32");
     std::vector<int64_t> shape;
-    for (const Json& d : e.At("shape").AsArray()) shape.push_back(d.AsInt());
+    for (const internal::Json& d : e.at("shape")) shape.push_back(d.get<int64_t>());
     EXPECT_EQ(shape, t.tensor.shape().dims()) << t.name;
-    EXPECT_EQ(e.At("data_offsets").At(0).AsInt(), offset) << t.name;
+    EXPECT_EQ(e.at("data_offsets").at(0).get<int64_t>(), offset) << t.name;
     offset += static_cast<int64_t>(t.tensor.NumBytes());
-    EXPECT_EQ(e.At("data_offsets").At(1).AsInt(), offset) << t.name;
+    EXPECT_EQ(e.at("data_offsets").at(1).get<int64_t>(), offset) << t.name;
     params += t.name.rfind("param/", 0) == 0;
   }
   EXPECT_EQ(static_cast<uint64_t>(offset), bytes.size() - 8 - n);
@@ -95,27 +95,28 @@ TEST_F(CliTrainTest, WritesTheRunDirectory) {
   for (const char* want : {"gap_bf16", "\nbf16 ", "\nmxfp8-quantized ", "\nmxfp8-deferred "}) {
     EXPECT_NE(r.out.find(want), std::string::npos) << want << " in\n" << r.out;
   }
-  const Json summary = Json::Parse(ReadBytes(Out("run/summary.json")));
+  const internal::Json summary = internal::ParseJson(ReadBytes(Out("run/summary.json")));
   ASSERT_EQ(summary.size(), 3u);
   const char* names[] = {"bf16", "mxfp8-quantized", "mxfp8-deferred"};
   for (size_t i = 0; i < 3; ++i) {
-    const Json& s = summary.At(i);
-    EXPECT_EQ(s.At("name").AsString(), names[i]);
+    const internal::Json& s = summary.at(i);
+    EXPECT_EQ(s.at("name").get<std::string>(), names[i]);
     for (const char* key : {"final_train_loss", "final_val_loss", "tokens_per_s", "step_ms"}) {
-      EXPECT_GT(s.At(key).AsNumber(), 0) << key;
+      EXPECT_GT(s.at(key).get<double>(), 0) << key;
     }
-    for (const char* key : {"peak_bytes", "saved_bytes"}) EXPECT_GT(s.At(key).AsInt(), 0) << key;
+    for (const char* key : {"peak_bytes", "saved_bytes"})
+      EXPECT_GT(s.at(key).get<int64_t>(), 0) << key;
     const std::string run = Out(std::string("run/") + names[i]);
     EXPECT_EQ(TrainLosses(run + "/metrics.csv").size(), 4u);
     ExpectCheckpointLoads(run + "/checkpoint.safetensors", 4);
   }
-  EXPECT_EQ(summary.At(0).At("precision").AsString(), "bf16");
-  EXPECT_TRUE(summary.At(0).At("input_policy").is_null());
-  EXPECT_EQ(summary.At(1).At("input_policy").AsString(), "quantized");
-  EXPECT_EQ(summary.At(2).At("weight_policy").AsString(), "deferred");
+  EXPECT_EQ(summary.at(0).at("precision").get<std::string>(), "bf16");
+  EXPECT_TRUE(summary.at(0).at("input_policy").is_null());
+  EXPECT_EQ(summary.at(1).at("input_policy").get<std::string>(), "quantized");
+  EXPECT_EQ(summary.at(2).at("weight_policy").get<std::string>(), "deferred");
   // The two MXFP8 policies compute the same numbers.
-  EXPECT_EQ(summary.At(1).At("final_val_loss").AsNumber(),
-            summary.At(2).At("final_val_loss").AsNumber());
+  EXPECT_EQ(summary.at(1).at("final_val_loss").get<double>(),
+            summary.at(2).at("final_val_loss").get<double>());
   EXPECT_NE(ReadBytes(Out("run/plot.svg")).find("<svg"), std::string::npos);
 }
 
@@ -123,12 +124,12 @@ TEST_F(CliTrainTest, OneRunWithItsRecipe) {
   const RunResult r = RunTrain({"--precision", "mxfp8", "--recipe", "hybrid", "--scale", "floor",
                                 "--input-policy", "deferred", "--steps", "2", "--out", Out("one")});
   ASSERT_EQ(r.code, 0) << r.err;
-  const Json summary = Json::Parse(ReadBytes(Out("one/summary.json")));
+  const internal::Json summary = internal::ParseJson(ReadBytes(Out("one/summary.json")));
   ASSERT_EQ(summary.size(), 1u);
-  EXPECT_EQ(summary.At(0).At("name").AsString(), "mxfp8-in-deferred-w-quantized");
-  EXPECT_EQ(summary.At(0).At("recipe").AsString(),
+  EXPECT_EQ(summary.at(0).at("name").get<std::string>(), "mxfp8-in-deferred-w-quantized");
+  EXPECT_EQ(summary.at(0).at("recipe").get<std::string>(),
             "mxfp8 hybrid floor input=deferred weight=quantized");
-  EXPECT_EQ(summary.At(0).At("cache_hits").AsInt(), 0);  // no --reuse-weights
+  EXPECT_EQ(summary.at(0).at("cache_hits").get<int64_t>(), 0);  // no --reuse-weights
   EXPECT_EQ(r.out.find("gap_bf16") != std::string::npos, true);
 }
 
@@ -151,8 +152,10 @@ TEST_F(CliTrainTest, ResumeContinuesBitForBit) {
     EXPECT_EQ(TrainLosses(Out("part/") + name + "/metrics.csv"), full);
     ExpectCheckpointLoads(Out("part/") + name + "/checkpoint.safetensors", 6);
   }
-  EXPECT_EQ(Json::Parse(ReadBytes(Out("part/summary.json"))).At(0).At("final_val_loss").AsNumber(),
-            Json::Parse(ReadBytes(Out("full/summary.json"))).At(0).At("final_val_loss").AsNumber());
+  const auto val_loss = [&](const std::string& run) {
+    return internal::ParseJson(ReadBytes(Out(run + "/summary.json"))).at(0).at("final_val_loss");
+  };
+  EXPECT_EQ(val_loss("part").get<double>(), val_loss("full").get<double>());
 }
 
 TEST_F(CliTrainTest, DivergingRunExitsThreeKeepingTheLastGoodCheckpoint) {

@@ -15,8 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "io/json_util.h"
 #include "mxtrain/error.h"
-#include "mxtrain/json.h"
 #include "temp_dir_test.h"
 #include "test_util.h"
 
@@ -84,7 +84,6 @@ class SafetensorsTest : public testing_util::TempDirTest {
     } catch (const Error&) {
     }
   }
-
 };
 
 const std::vector<Shape>& RankShapes() {
@@ -131,6 +130,22 @@ TEST_F(SafetensorsTest, RoundTripsNoTensorsAndNoMetadata) {
   EXPECT_TRUE(file.metadata.empty());
 }
 
+// The header's exact text, as mxtrain has always written it (checkpoints of older builds
+// compare byte for byte): compact, metadata first and sorted, tensors in the order given,
+// each with dtype, shape, data_offsets; escapes for quotes and control bytes, UTF-8 as is.
+TEST_F(SafetensorsTest, HeaderTextIsCompactInWriteOrder) {
+  const std::string path = Path("exact.safetensors");
+  const Tensor b = RandomTensor(DType::kF32, Shape{2}, 1);
+  const Tensor a = RandomTensor(DType::kU8, Shape{}, 2);
+  WriteSafetensors(path, {{"b", b}, {"a\n\xc3\xa9\"", a}}, {{"k", "v"}, {"a", "\x01"}});
+  std::string header = R"({"__metadata__":{"a":"\u0001","k":"v"},"b":{"dtype":"F32","shape":[2],)"
+                       R"("data_offsets":[0,8]},"a\n)"
+                       "\xc3\xa9"
+                       R"(\"":{"dtype":"U8","shape":[],"data_offsets":[8,9]}})";
+  header.append((8 - header.size() % 8) % 8, ' ');
+  EXPECT_EQ(ReadBytes(path), RawSafetensors(header, Bytes(b) + Bytes(a)));
+}
+
 TEST_F(SafetensorsTest, HeaderIsPaddedJsonDescribingTheData) {
   std::vector<NamedTensor> tensors = {
       {"w", RandomTensor(DType::kBF16, Shape{3, 5}, 7)},
@@ -151,27 +166,27 @@ TEST_F(SafetensorsTest, HeaderIsPaddedJsonDescribingTheData) {
     const std::string text = bytes.substr(8, n);
     EXPECT_EQ(text.front(), '{');
     EXPECT_NE(text.back(), '\0');
-    const Json header = Json::Parse(text);
+    const internal::Json header = internal::ParseJson(text);
     ASSERT_TRUE(header.is_object());
     EXPECT_EQ(header.size(), tensors.size() + 1);
-    EXPECT_EQ(header.AsObject().front().first, "__metadata__");
-    EXPECT_EQ(header.At("__metadata__"), Json::Parse(R"({"k": "v"})"));
+    EXPECT_EQ(header.begin().key(), "__metadata__");
+    EXPECT_EQ(header.at("__metadata__"), internal::ParseJson(R"({"k": "v"})"));
     const std::string buffer = bytes.substr(8 + n);
     uint64_t offset = 0;
     const char* dtypes[] = {"BF16", "F32", "U8", "U8"};
     for (size_t i = 0; i < tensors.size(); ++i) {
-      const Json& entry = header.At(tensors[i].name);
+      const internal::Json& entry = header.at(tensors[i].name);
       EXPECT_EQ(entry.size(), 3u);
-      EXPECT_EQ(entry.At("dtype").AsString(), dtypes[i]);
+      EXPECT_EQ(entry.at("dtype").get<std::string>(), dtypes[i]);
       std::vector<int64_t> shape;
-      for (const Json& d : entry.At("shape").AsArray()) shape.push_back(d.AsInt());
+      for (const internal::Json& d : entry.at("shape")) shape.push_back(d.get<int64_t>());
       EXPECT_EQ(Shape(shape), tensors[i].tensor.shape());
-      const Json& offsets = entry.At("data_offsets");
+      const internal::Json& offsets = entry.at("data_offsets");
       ASSERT_EQ(offsets.size(), 2u);
-      EXPECT_EQ(offsets.At(size_t{0}).AsInt(), static_cast<int64_t>(offset));
+      EXPECT_EQ(offsets.at(0).get<int64_t>(), static_cast<int64_t>(offset));
       offset += tensors[i].tensor.NumBytes();
-      EXPECT_EQ(offsets.At(size_t{1}).AsInt(), static_cast<int64_t>(offset));
-      EXPECT_EQ(buffer.substr(offsets.At(size_t{0}).AsInt(), tensors[i].tensor.NumBytes()),
+      EXPECT_EQ(offsets.at(1).get<int64_t>(), static_cast<int64_t>(offset));
+      EXPECT_EQ(buffer.substr(offsets.at(0).get<int64_t>(), tensors[i].tensor.NumBytes()),
                 Bytes(tensors[i].tensor));
     }
     EXPECT_EQ(buffer.size(), offset);

@@ -1,4 +1,5 @@
-// safetensors reading and writing. The header is parsed by the strict Json reader; the checks
+// safetensors reading and writing. The header is parsed by ParseJson (nlohmann/json, strict:
+// no duplicate keys, bounded nesting); the checks
 // follow the reference implementation's validate() (safetensors/src/tensor.rs), so a file
 // this reader accepts is one the Python library accepts too.
 #include "mxtrain/safetensors.h"
@@ -18,13 +19,15 @@
 #include <set>
 
 #include "io/file_util.h"
+#include "io/json_util.h"
 #include "mxtrain/error.h"
-#include "mxtrain/json.h"
 
 namespace mxtrain {
 namespace {
 
+using internal::Json;
 using internal::Printable;
+using internal::QuotedForMessage;
 
 static_assert(std::endian::native == std::endian::little,
               "the safetensors reader and writer copy little-endian data as is");
@@ -59,16 +62,16 @@ class HeaderReader {
     if (text.empty() || text[0] != '{') Bad("the header does not start with '{'");
     Json header;
     try {
-      header = Json::Parse(text);
+      header = internal::ParseJson(text);
     } catch (const Error& e) {
       Bad(StrCat("the header is not valid JSON (", e.what(), ")"));
     }
     std::vector<Entry> entries;
-    for (const auto& [key, value] : header.AsObject()) {
-      if (key == kMetadataKey) {
-        ReadMetadata(value, metadata);
+    for (auto it = header.begin(); it != header.end(); ++it) {  // an object: text[0] is '{'
+      if (it.key() == kMetadataKey) {
+        ReadMetadata(it.value(), metadata);
       } else {
-        entries.push_back(ReadEntry(key, value));
+        entries.push_back(ReadEntry(it.key(), it.value()));
       }
     }
     std::stable_sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
@@ -78,23 +81,24 @@ class HeaderReader {
   }
 
  private:
-  std::string Quoted(const std::string& key) const { return Json(Printable(key)).Dump(); }
+  static std::string Quoted(const std::string& key) { return QuotedForMessage(key); }
 
   void ReadMetadata(const Json& value, std::map<std::string, std::string>* metadata) const {
     if (!value.is_object()) {
-      Bad(StrCat("\"__metadata__\" is not an object of strings but a JSON ", Name(value.type())));
+      Bad(StrCat("\"__metadata__\" is not an object of strings but a JSON ", value.type_name()));
     }
-    for (const auto& [k, v] : value.AsObject()) {
-      if (!v.is_string()) {
-        Bad(StrCat("metadata ", Quoted(k), " is not a string but a JSON ", Name(v.type())));
+    for (auto it = value.begin(); it != value.end(); ++it) {
+      if (!it.value().is_string()) {
+        Bad(StrCat("metadata ", Quoted(it.key()), " is not a string but a JSON ",
+                   it.value().type_name()));
       }
-      (*metadata)[k] = v.AsString();
+      (*metadata)[it.key()] = it.value().get<std::string>();
     }
   }
 
-  // A non-negative integer that a double holds exactly.
+  // A non-negative integer that a double holds exactly ("8", also "8.0" or "8e0").
   uint64_t Count(const Json& v, const std::string& what) const {
-    const double x = v.is_number() ? v.AsNumber() : -1.0;
+    const double x = v.is_number() ? v.get<double>() : -1.0;
     if (!(x >= 0 && x <= 9007199254740992.0 && x == std::trunc(x))) {
       Bad(StrCat(what, " is not a non-negative integer"));
     }
@@ -104,31 +108,32 @@ class HeaderReader {
   Entry ReadEntry(const std::string& key, const Json& value) const {
     const std::string tensor = "tensor " + Quoted(key);
     if (!value.is_object()) {
-      Bad(StrCat(tensor, " is not an object but a JSON ", Name(value.type())));
+      Bad(StrCat(tensor, " is not an object but a JSON ", value.type_name()));
     }
-    for (const auto& [k, v] : value.AsObject()) {
-      if (k != "dtype" && k != "shape" && k != "data_offsets") {
-        Bad(StrCat(tensor, " has unexpected key ", Quoted(k)));
+    for (auto it = value.begin(); it != value.end(); ++it) {
+      if (it.key() != "dtype" && it.key() != "shape" && it.key() != "data_offsets") {
+        Bad(StrCat(tensor, " has unexpected key ", Quoted(it.key())));
       }
     }
     for (const char* k : {"dtype", "shape", "data_offsets"}) {
-      if (value.Find(k) == nullptr) Bad(StrCat(tensor, " has no \"", k, "\""));
+      if (!value.contains(k)) Bad(StrCat(tensor, " has no \"", k, "\""));
     }
     Entry e;
     e.name = key;
-    const Json& dtype = value.At("dtype");
-    if (!dtype.is_string()) Bad(StrCat(tensor, " has a dtype that is not a string"));
-    const std::optional<DType> d = DTypeOfName(dtype.AsString());
+    const Json& dtype_json = value.at("dtype");
+    if (!dtype_json.is_string()) Bad(StrCat(tensor, " has a dtype that is not a string"));
+    const std::string& dtype = dtype_json.get_ref<const std::string&>();
+    const std::optional<DType> d = DTypeOfName(dtype);
     if (!d) {
-      Bad(StrCat(tensor, " has unsupported dtype ", Quoted(dtype.AsString()),
+      Bad(StrCat(tensor, " has unsupported dtype ", Quoted(dtype),
                  " (expected \"F32\", \"BF16\" or \"U8\")"));
     }
     e.dtype = *d;
-    const Json& shape = value.At("shape");
+    const Json& shape = value.at("shape");
     if (!shape.is_array()) Bad(StrCat(tensor, " has a shape that is not an array"));
     // Element count with overflow checks, so that a header claiming 2^70 bytes fails here.
     uint64_t bytes = DTypeSize(e.dtype);
-    for (const Json& dim : shape.AsArray()) {
+    for (const Json& dim : shape) {
       const uint64_t n = Count(dim, tensor + " shape entry");
       if (n != 0 && bytes > (static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) / 8) / n) {
         Bad(StrCat(tensor, " has a shape that is too large"));
@@ -136,20 +141,20 @@ class HeaderReader {
       bytes *= n;
       e.shape.push_back(static_cast<int64_t>(n));
     }
-    const Json& offsets = value.At("data_offsets");
+    const Json& offsets = value.at("data_offsets");
     if (!offsets.is_array() || offsets.size() != 2) {
       Bad(StrCat(tensor, " has data_offsets that are not an array [begin, end]"));
     }
-    e.begin = Count(offsets.At(size_t{0}), tensor + " data_offsets begin");
-    e.end = Count(offsets.At(size_t{1}), tensor + " data_offsets end");
+    e.begin = Count(offsets[0], tensor + " data_offsets begin");
+    e.end = Count(offsets[1], tensor + " data_offsets end");
     if (e.end < e.begin) {
       Bad(StrCat(tensor, " has data_offsets [", e.begin, ", ", e.end,
                  "] that end before they begin"));
     }
     if (e.end - e.begin != bytes) {
-      Bad(StrCat(tensor, " of dtype ", dtype.AsString(), " and shape ", Shape(e.shape).ToString(),
-                 " needs ", bytes, " bytes, but its data_offsets [", e.begin, ", ", e.end,
-                 "] span ", e.end - e.begin));
+      Bad(StrCat(tensor, " of dtype ", dtype, " and shape ", Shape(e.shape).ToString(), " needs ",
+                 bytes, " bytes, but its data_offsets [", e.begin, ", ", e.end, "] span ",
+                 e.end - e.begin));
     }
     return e;
   }
@@ -210,8 +215,8 @@ SafetensorsFile ReadSafetensors(const std::string& path) {
   uint64_t end = 0;  // of the data so far
   for (const Entry& e : entries) {
     if (e.begin != end) {
-      reader.Bad(StrCat("tensor ", Json(Printable(e.name)).Dump(), " has data_offsets [", e.begin,
-                        ", ", e.end, "] but the previous tensor ends at ", end,
+      reader.Bad(StrCat("tensor ", QuotedForMessage(e.name), " has data_offsets [", e.begin, ", ",
+                        e.end, "] but the previous tensor ends at ", end,
                         e.begin < end ? " (overlap)" : " (a hole)"));
     }
     end = e.end;
@@ -227,7 +232,7 @@ SafetensorsFile ReadSafetensors(const std::string& path) {
     Tensor t = Tensor::Empty(e.dtype, Shape(e.shape));
     const size_t n = static_cast<size_t>(e.end - e.begin);
     if (internal::ReadUpTo(fd.get(), t.raw(), n, path) < n) {
-      reader.Bad(StrCat("is truncated inside the data of tensor ", Json(Printable(e.name)).Dump()));
+      reader.Bad(StrCat("is truncated inside the data of tensor ", QuotedForMessage(e.name)));
     }
     file.tensors.push_back({e.name, std::move(t)});
   }
@@ -242,36 +247,32 @@ void WriteSafetensors(const std::string& path, const std::vector<NamedTensor>& t
                       const std::map<std::string, std::string>& metadata) {
   const std::string name = Printable(path);
   MXTRAIN_CHECK(!path.empty(), "cannot write a safetensors file to an empty path");
-  Json header = Json::MakeObject();
+  Json header = Json::object();
   if (!metadata.empty()) {
-    Json& meta = header.Set(kMetadataKey, Json::MakeObject());
-    for (const auto& [k, v] : metadata) meta.Set(k, v);
+    Json& meta = header[kMetadataKey] = Json::object();
+    for (const auto& [k, v] : metadata) meta[k] = v;
   }
   std::set<std::string> seen;
   uint64_t offset = 0;
   for (const NamedTensor& nt : tensors) {
-    const std::string tensor = "tensor " + Json(Printable(nt.name)).Dump();
+    const std::string tensor = "tensor " + QuotedForMessage(nt.name);
     MXTRAIN_CHECK(!nt.name.empty(), "cannot write '", name, "': a tensor has an empty name");
     MXTRAIN_CHECK(nt.name != kMetadataKey, "cannot write '", name,
                   "': \"__metadata__\" is reserved and cannot name a tensor");
     MXTRAIN_CHECK(seen.insert(nt.name).second, "cannot write '", name, "': ", tensor,
                   " appears twice");
     MXTRAIN_CHECK(nt.tensor.defined(), "cannot write '", name, "': ", tensor, " is undefined");
-    Json shape = Json::MakeArray();
-    for (int64_t d : nt.tensor.shape().dims()) shape.Push(d);
-    Json entry = Json::MakeObject();
-    entry.Set("dtype", SafetensorsDType(nt.tensor.dtype()));
-    entry.Set("shape", std::move(shape));
-    Json offsets = Json::MakeArray();
-    offsets.Push(offset);
+    Json entry = Json::object();  // keys in this order, as the Python library writes them
+    entry["dtype"] = SafetensorsDType(nt.tensor.dtype());
+    entry["shape"] = nt.tensor.shape().dims();
+    const uint64_t begin = offset;
     offset += nt.tensor.NumBytes();
-    offsets.Push(offset);
-    entry.Set("data_offsets", std::move(offsets));
-    header.AsObject().emplace_back(nt.name, std::move(entry));  // names checked distinct
+    entry["data_offsets"] = {begin, offset};
+    header[nt.name] = std::move(entry);  // appended: names checked distinct
   }
   std::string text;
   try {
-    text = header.Dump();
+    text = internal::DumpJson(header);
   } catch (const Error& e) {
     Fail("cannot write '", name, "': ", e.what());
   }

@@ -9,8 +9,8 @@
 #include <sstream>
 
 #include "io/file_util.h"
+#include "io/json_util.h"
 #include "mxtrain/error.h"
-#include "mxtrain/json.h"
 #include "mxtrain/train/plot.h"
 #include "mxtrain/train/train_report.h"
 
@@ -78,32 +78,38 @@ std::vector<StepMetrics> ParseMetricsCsv(const std::string& csv) {
 }
 
 std::string SummaryJson(const std::vector<TrainResult>& runs) {
-  // JSON has no NaN or Inf: a non-finite figure is null.
-  auto num = [](double v) { return std::isfinite(v) ? Json(v) : Json(); };
-  Json list = Json::MakeArray();
+  using internal::Json;
+  // JSON has no NaN or Inf: a non-finite figure is null. A whole number is written as an
+  // integer ("3", not nlohmann's "3.0"), as summary.json always has been.
+  auto num = [](double v) -> Json {
+    if (!std::isfinite(v)) return nullptr;
+    if (v == std::trunc(v) && std::fabs(v) <= 9007199254740992.0) return static_cast<int64_t>(v);
+    return v;
+  };
+  Json list = Json::array();
   for (const TrainResult& r : runs) {
     const bool mx = r.recipe.mxfp8();
-    Json o = Json::MakeObject();
-    o.Set("name", r.name);
-    o.Set("precision", Name(r.recipe.precision()));
-    o.Set("recipe", r.recipe.ToString());
-    o.Set("input_policy", mx ? Json(Name(r.recipe.input_policy())) : Json());
-    o.Set("weight_policy", mx ? Json(Name(r.recipe.weight_policy())) : Json());
-    o.Set("final_train_loss", num(r.final_train_loss));
-    o.Set("final_val_loss", num(r.final_val_loss));
-    o.Set("tokens_per_s", num(r.tokens_per_s));
-    o.Set("step_ms", num(r.step_ms));
-    o.Set("peak_bytes", r.peak_bytes);
-    o.Set("saved_bytes", r.saved_bytes);
-    o.Set("steps", static_cast<int64_t>(r.steps.size()));
-    o.Set("parameters", r.parameters);
-    o.Set("cache_hits", r.cache_hits);
-    o.Set("cache_misses", r.cache_misses);
-    o.Set("resumed_from", r.resumed_from);
-    o.Set("seconds", num(r.seconds));
-    list.Push(std::move(o));
+    Json o = Json::object();
+    o["name"] = r.name;
+    o["precision"] = Name(r.recipe.precision());
+    o["recipe"] = r.recipe.ToString();
+    o["input_policy"] = mx ? Json(Name(r.recipe.input_policy())) : Json();
+    o["weight_policy"] = mx ? Json(Name(r.recipe.weight_policy())) : Json();
+    o["final_train_loss"] = num(r.final_train_loss);
+    o["final_val_loss"] = num(r.final_val_loss);
+    o["tokens_per_s"] = num(r.tokens_per_s);
+    o["step_ms"] = num(r.step_ms);
+    o["peak_bytes"] = r.peak_bytes;
+    o["saved_bytes"] = r.saved_bytes;
+    o["steps"] = static_cast<int64_t>(r.steps.size());
+    o["parameters"] = r.parameters;
+    o["cache_hits"] = r.cache_hits;
+    o["cache_misses"] = r.cache_misses;
+    o["resumed_from"] = r.resumed_from;
+    o["seconds"] = num(r.seconds);
+    list.push_back(std::move(o));
   }
-  return list.Dump(2) + "\n";
+  return internal::DumpJson(list, 2) + "\n";
 }
 
 std::string ComparisonTable(const std::vector<TrainResult>& runs) {
