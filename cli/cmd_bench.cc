@@ -11,10 +11,10 @@
 #include "args.h"
 #include "commands.h"
 #include "mxtrain/bench/bench.h"
+#include "mxtrain/bench/ops_bench.h"
 #include "mxtrain/error.h"
 #include "mxtrain/gemm.h"
 #include "mxtrain/hp_gemm.h"
-#include "mxtrain/bench/ops_bench.h"
 #include "mxtrain/simd.h"
 
 namespace mxtrain::cli {
@@ -51,8 +51,7 @@ void PrintList() {
   for (const OpsBenchConfig& c : StandardOpsBenchConfigs()) os << " '" << c.Name() << "'";
   os << "\ngemm paths:";
   for (const std::string& p : AvailableGemmPaths()) os << " " << p;
-  os << "\ngemm path: " << CurrentGemmPath() << " (peak: " << PeakKind(CurrentGemmPath())
-            << ")";
+  os << "\ngemm path: " << CurrentGemmPath() << " (peak: " << PeakKind(CurrentGemmPath()) << ")";
   os << "\nhp gemm paths:";
   for (const std::string& p : AvailableHpGemmPaths()) os << " " << p;
   os << "\nbf16 route: " << HpGemmRoute(DType::kBF16);
@@ -69,7 +68,8 @@ bool CaseMatches(const std::string& name, const std::string& selector) {
 int RunQuantizeBench(const ParsedArgs& args) {
   MXTRAIN_CHECK(!args.Has("path"), "--path is a flag of mxtrain bench gemm");
   const int reps = static_cast<int>(ParseInt(args.Get("reps", "9"), "--reps", 1, 1000));
-  const int64_t threads = args.Has("threads") ? ParseInt(args.Get("threads"), "--threads", 1, 2) : 0;
+  const int64_t threads =
+      args.Has("threads") ? ParseInt(args.Get("threads"), "--threads", 1, 2) : 0;
   if (args.Has("dtype")) {
     MXTRAIN_CHECK(args.Get("dtype") == "f32" || args.Get("dtype") == "bf16",
                   "--dtype must be f32 or bf16, got '", args.Get("dtype"), "'");
@@ -150,7 +150,8 @@ int RunOpsBench(const ParsedArgs& args) {
     const OpsBenchResult* quantized[2] = {nullptr, nullptr};  // by reuse
     for (const OpsBenchResult& r : results) {
       if (r.config.precision == Precision::kBf16) bf16 = &r;
-      if (r.config.precision == Precision::kMxfp8 && r.config.input_policy == SavePolicy::kQuantized &&
+      if (r.config.precision == Precision::kMxfp8 &&
+          r.config.input_policy == SavePolicy::kQuantized &&
           r.config.weight_policy == SavePolicy::kQuantized) {
         quantized[r.config.reuse] = &r;
       }
@@ -166,10 +167,18 @@ int RunOpsBench(const ParsedArgs& args) {
 }  // namespace
 
 int RunBench(const std::vector<std::string>& argv) {
-  const ParsedArgs args = ParsedArgs::Parse(
-      argv, "mxtrain bench",
-      {{"reps"}, {"threads"}, {"dtype"}, {"case"}, {"shape"}, {"simd"}, {"code-stores"},
-       {"path"}, {"tokens"}, {"hidden"}, {"list", false}});
+  const ParsedArgs args = ParsedArgs::Parse(argv, "mxtrain bench",
+                                            {{"reps"},
+                                             {"threads"},
+                                             {"dtype"},
+                                             {"case"},
+                                             {"shape"},
+                                             {"simd"},
+                                             {"code-stores"},
+                                             {"path"},
+                                             {"tokens"},
+                                             {"hidden"},
+                                             {"list", false}});
   if (args.help()) {
     std::cout << kUsage << "\n";
     return 0;

@@ -17,11 +17,11 @@
 
 #include "args.h"
 #include "commands.h"
-#include "mxtrain/train/data.h"
 #include "mxtrain/error.h"
 #include "mxtrain/gemm.h"
 #include "mxtrain/hp_gemm.h"
 #include "mxtrain/simd.h"
+#include "mxtrain/train/data.h"
 #include "mxtrain/train/train.h"
 #include "mxtrain/train/train_report.h"
 
@@ -247,8 +247,9 @@ int Train(const ParsedArgs& args) {
                   "--out '", out, "' exists and is not a directory");
     // A new run over an earlier one would leave the earlier runs' files beside the new
     // summary; continuing it is --resume.
-    MXTRAIN_CHECK(!resume.empty() || !std::filesystem::exists(out + "/summary.json", ec),
-                  "--out '", out, "' already holds a run (summary.json); choose another "
+    MXTRAIN_CHECK(!resume.empty() || !std::filesystem::exists(out + "/summary.json", ec), "--out '",
+                  out,
+                  "' already holds a run (summary.json); choose another "
                   "directory, or continue it with --resume");
     std::filesystem::create_directories(out, ec);
     MXTRAIN_CHECK(!ec, "cannot create directory '", out, "': ", ec.message());

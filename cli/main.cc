@@ -41,12 +41,9 @@ struct CommandEntry {
 };
 
 constexpr CommandEntry kCommands[] = {
-    {"quantize", RunQuantize},
-    {"dequantize", RunDequantize},
-    {"gemm", RunGemm},
-    {"grouped-gemm", RunGroupedGemm},
-    {"bench", RunBench},
-    {"demo", RunDemo},
+    {"quantize", RunQuantize}, {"dequantize", RunDequantize},
+    {"gemm", RunGemm},         {"grouped-gemm", RunGroupedGemm},
+    {"bench", RunBench},       {"demo", RunDemo},
     {"train", RunTrain},
 };
 

@@ -2,7 +2,8 @@
 # The README's two Quick-start commands:
 #   bash scripts/quickstart.sh run    set up, build (release), run the main job (mxtrain train:
 #                                     bf16 vs MXFP8 training, 1-3 minutes on 2 cores)
-#   bash scripts/quickstart.sh test   set up, build (dev: ASan + UBSan) and run every test,
+#   bash scripts/quickstart.sh test   set up, check the formatting, build (dev: ASan + UBSan,
+#                                     warnings as errors) and run every test,
 #                                     then the release build's tests including the
 #                                     exhaustive encoder check and the cpu_caps label, a
 #                                     project built against the installed package
@@ -25,6 +26,11 @@ case "$mode" in
     ./build/release/mxtrain train
     ;;
   test)
+    # Formatting is checked like a test: every C++ source as .clang-format says (clang-format
+    # 14, Debian's).
+    find src include cli tests train bench python/src fuzz \( -name '*.cc' -o -name '*.h' \) \
+      -print0 | xargs -0 clang-format --dry-run -Werror
+    echo "format: clang-format finds no differences"
     cmake --preset dev
     cmake --build --preset dev -j "$jobs"
     ctest --preset dev -j "$jobs"

@@ -7,6 +7,7 @@ packages=(
   build-essential  # g++ 12 (C++20)
   cmake            # >= 3.25
   ninja-build
+  clang-format     # 14: the formatting check of the test command (.clang-format)
   libhwy-dev       # Google Highway: SIMD written once, dispatched at run time
   libgtest-dev     # GoogleTest
   libbenchmark-dev # Google Benchmark

@@ -38,9 +38,9 @@ constexpr int64_t kColumnChunk = 256;
 Tensor Accumulator(Tensor* accumulate, const Shape& shape, const char* op,
                    MemoryCategory category) {
   if (accumulate != nullptr) {
-    MXTRAIN_CHECK(accumulate->defined() && accumulate->dtype() == DType::kF32 &&
-                      accumulate->shape() == shape,
-                  op, ": accumulator must be f32 of shape ", shape.ToString());
+    MXTRAIN_CHECK(
+        accumulate->defined() && accumulate->dtype() == DType::kF32 && accumulate->shape() == shape,
+        op, ": accumulator must be f32 of shape ", shape.ToString());
     return *accumulate;
   }
   return Tensor::Zeros(DType::kF32, shape, category);
@@ -85,9 +85,8 @@ Tensor SumRows(const Tensor& x, Tensor* accumulate, int threads, MemoryCategory 
 Tensor SumRowsGrouped(const Tensor& x, const GroupList& groups, Tensor* accumulate, int threads,
                       MemoryCategory category) {
   CheckHighPrecision(x, "grouped row sum");
-  MXTRAIN_CHECK(x.rank() == 2 && groups.total_rows() == x.shape()[0],
-                "grouped row sum: input ", x.shape().ToString(), " does not match the group list ",
-                groups.ToString());
+  MXTRAIN_CHECK(x.rank() == 2 && groups.total_rows() == x.shape()[0], "grouped row sum: input ",
+                x.shape().ToString(), " does not match the group list ", groups.ToString());
   const int64_t n = x.shape()[1];
   const int g_count = groups.num_groups();
   Tensor out = Accumulator(accumulate, {g_count, n}, "grouped row sum", category);

@@ -24,8 +24,7 @@ GroupList GroupList::Make(std::span<const int64_t> values, GroupListType type, i
       previous = v;
     } else {
       MXTRAIN_CHECK(v >= 0, "group list has a negative count: entry ", i, " is ", v);
-      MXTRAIN_CHECK(v <= m - previous, "group counts sum to more than M = ", m,
-                    " at entry ", i);
+      MXTRAIN_CHECK(v <= m - previous, "group counts sum to more than M = ", m, " at entry ", i);
       previous += v;
     }
     g.ends_.push_back(previous);

@@ -116,12 +116,18 @@ size_t Padded(size_t bytes) {
 
 std::string_view Name(MemoryCategory category) {
   switch (category) {
-    case MemoryCategory::kActivation: return "activation";
-    case MemoryCategory::kSavedForBackward: return "saved_for_backward";
-    case MemoryCategory::kQuantized: return "quantized";
-    case MemoryCategory::kWeightCache: return "weight_cache";
-    case MemoryCategory::kGradient: return "gradient";
-    case MemoryCategory::kWorkspace: return "workspace";
+    case MemoryCategory::kActivation:
+      return "activation";
+    case MemoryCategory::kSavedForBackward:
+      return "saved_for_backward";
+    case MemoryCategory::kQuantized:
+      return "quantized";
+    case MemoryCategory::kWeightCache:
+      return "weight_cache";
+    case MemoryCategory::kGradient:
+      return "gradient";
+    case MemoryCategory::kWorkspace:
+      return "workspace";
   }
   return "?";
 }
@@ -144,7 +150,7 @@ Storage::Storage(void* data, size_t bytes, std::shared_ptr<void> owner)
 
 Storage::~Storage() {
   MXTRAIN_DCHECK(backward_holds_.load() == 0);  // a hold owns a reference
-  if (borrowed_) return;  // owner_ releases the buffer
+  if (borrowed_) return;                        // owner_ releases the buffer
   Cache().Give(data_, Padded(bytes_));
   CounterOf(category_).Sub(static_cast<int64_t>(bytes_));
   g_total.Sub(static_cast<int64_t>(bytes_));

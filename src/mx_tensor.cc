@@ -19,8 +19,8 @@ Shape MxTensor::ScaleShape(const Shape& data_shape, BlockAxis axis,
   } else if (groups.has_value()) {
     MXTRAIN_CHECK(data_shape.rank() == 2, "token-grouped data must be 2-D, got shape ",
                   data_shape.ToString());
-    MXTRAIN_CHECK(groups->total_rows() == data_shape[0], "group list covers ",
-                  groups->total_rows(), " rows but the data has M = ", data_shape[0]);
+    MXTRAIN_CHECK(groups->total_rows() == data_shape[0], "group list covers ", groups->total_rows(),
+                  " rows but the data has M = ", data_shape[0]);
     s[0] = groups->ScaleRows();
   } else {
     s[-2] = CeilDiv(data_shape[-2], kMxBlock);
@@ -28,8 +28,8 @@ Shape MxTensor::ScaleShape(const Shape& data_shape, BlockAxis axis,
   return s;
 }
 
-MxTensor::MxTensor(Tensor data, Tensor scales, ElementFormat format, ScaleRule rule,
-                   BlockAxis axis, std::optional<GroupList> groups)
+MxTensor::MxTensor(Tensor data, Tensor scales, ElementFormat format, ScaleRule rule, BlockAxis axis,
+                   std::optional<GroupList> groups)
     : data_(std::move(data)),
       scales_(std::move(scales)),
       format_(format),
@@ -37,8 +37,7 @@ MxTensor::MxTensor(Tensor data, Tensor scales, ElementFormat format, ScaleRule r
       axis_(axis),
       groups_(std::move(groups)) {
   MXTRAIN_CHECK(data_.dtype() == DType::kU8, "MX data must be u8, got ", Name(data_.dtype()));
-  MXTRAIN_CHECK(scales_.dtype() == DType::kU8, "MX scales must be u8, got ",
-                Name(scales_.dtype()));
+  MXTRAIN_CHECK(scales_.dtype() == DType::kU8, "MX scales must be u8, got ", Name(scales_.dtype()));
   const Shape expected = ScaleShape(data_.shape(), axis_, groups_);
   MXTRAIN_CHECK(scales_.shape() == expected, Name(axis_), " scales for data ",
                 data_.shape().ToString(), " must have shape ", expected.ToString(), ", got ",
@@ -66,8 +65,8 @@ MxTensor MxTensor::Group(int g) const {
   MXTRAIN_CHECK(g >= 0 && g < groups_->num_groups(), "group ", g, " out of range [0, ",
                 groups_->num_groups(), ")");
   return MxTensor(data_.Slice(groups_->begin(g), groups_->end(g)),
-                  scales_.Slice(groups_->ScaleRowBegin(g), groups_->ScaleRowBegin(g + 1)),
-                  format_, rule_, axis_);
+                  scales_.Slice(groups_->ScaleRowBegin(g), groups_->ScaleRowBegin(g + 1)), format_,
+                  rule_, axis_);
 }
 
 }  // namespace mxtrain

@@ -1,8 +1,8 @@
 #include "mxtrain/simd.h"
 
 #include <cpuid.h>
-#include <unistd.h>
 #include <hwy/targets.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cctype>

@@ -9,18 +9,24 @@ namespace mxtrain {
 
 size_t DTypeSize(DType dtype) {
   switch (dtype) {
-    case DType::kF32: return 4;
-    case DType::kBF16: return 2;
-    case DType::kU8: return 1;
+    case DType::kF32:
+      return 4;
+    case DType::kBF16:
+      return 2;
+    case DType::kU8:
+      return 1;
   }
   return 0;
 }
 
 std::string_view Name(DType dtype) {
   switch (dtype) {
-    case DType::kF32: return "f32";
-    case DType::kBF16: return "bf16";
-    case DType::kU8: return "u8";
+    case DType::kF32:
+      return "f32";
+    case DType::kBF16:
+      return "bf16";
+    case DType::kU8:
+      return "u8";
   }
   return "?";
 }
@@ -46,8 +52,8 @@ void CheckShape(const Shape& shape) {
   int64_t n = 1;
   for (int64_t d : shape.dims()) {
     MXTRAIN_CHECK(d >= 0, "negative dimension in shape ", shape.ToString());
-    MXTRAIN_CHECK(d == 0 || n <= std::numeric_limits<int64_t>::max() / 8 / d,
-                  "shape ", shape.ToString(), " is too large");
+    MXTRAIN_CHECK(d == 0 || n <= std::numeric_limits<int64_t>::max() / 8 / d, "shape ",
+                  shape.ToString(), " is too large");
     n *= d;
   }
 }
@@ -82,8 +88,8 @@ Tensor Tensor::Borrow(void* data, DType dtype, Shape shape, std::shared_ptr<void
 
 Tensor Tensor::Reshape(Shape shape) const {
   CheckShape(shape);
-  MXTRAIN_CHECK(shape.NumElements() == NumElements(), "cannot reshape ", shape_.ToString(),
-                " to ", shape.ToString());
+  MXTRAIN_CHECK(shape.NumElements() == NumElements(), "cannot reshape ", shape_.ToString(), " to ",
+                shape.ToString());
   Tensor t = *this;
   t.shape_ = std::move(shape);
   return t;

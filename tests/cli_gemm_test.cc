@@ -18,9 +18,9 @@
 #include <utility>
 #include <vector>
 
+#include "cli_test_util.h"
 #include "mxtrain/gemm.h"
 #include "mxtrain/quantize.h"
-#include "cli_test_util.h"
 #include "test_util.h"
 
 namespace mxtrain {
@@ -32,13 +32,13 @@ using testing_util::MakeBf16;
 using testing_util::MakeF32;
 
 using testing_util::DecodeNpy;
+using testing_util::EncodeNpy;
 using testing_util::ExpectNpyEquals;
 using testing_util::RawNpy;
 using testing_util::ReadBytes;
+using testing_util::RunResult;
 using testing_util::TensorBytes;
 using testing_util::WriteBytes;
-using testing_util::EncodeNpy;
-using testing_util::RunResult;
 
 // The values of a '<f4' file.
 std::vector<float> ReadF32Values(const std::string& path) {

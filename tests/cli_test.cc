@@ -15,8 +15,8 @@
 #include <string>
 #include <vector>
 
-#include "mxtrain/quantize.h"
 #include "cli_test_util.h"
+#include "mxtrain/quantize.h"
 #include "test_util.h"
 
 namespace mxtrain {
@@ -28,15 +28,15 @@ using testing_util::MakeBf16;
 using testing_util::MakeF32;
 
 using CliTest = testing_util::CliFixture;
+using testing_util::DecodeNpy;
 using testing_util::EncodeNpy;
+using testing_util::ExpectMxFiles;
 using testing_util::ExpectNpyEquals;
 using testing_util::RawNpy;
-using testing_util::DecodeNpy;
 using testing_util::ReadBytes;
-using testing_util::WriteBytes;
-using testing_util::TensorBytes;
-using testing_util::ExpectMxFiles;
 using testing_util::RunResult;
+using testing_util::TensorBytes;
+using testing_util::WriteBytes;
 
 Tensor EdgeF32(Shape shape, uint64_t seed) {
   return MakeF32(shape, EdgeMix(shape.NumElements(), seed));
@@ -173,10 +173,9 @@ TEST_F(CliTest, CpuCapsFromTheEnvironment) {
   // The best target left is AVX2 or a smaller one, never an AVX-512 target.
   const size_t targets = r.out.find("simd targets: ");
   ASSERT_NE(targets, std::string::npos) << r.out;
-  const std::string first = r.out.substr(targets + 14, r.out.find_first_of(" \n", targets + 14) -
-                                                           targets - 14);
-  EXPECT_TRUE(first == "AVX2" || first == "SSE4" || first == "SSSE3" || first == "SCALAR")
-      << first;
+  const std::string first =
+      r.out.substr(targets + 14, r.out.find_first_of(" \n", targets + 14) - targets - 14);
+  EXPECT_TRUE(first == "AVX2" || first == "SSE4" || first == "SSSE3" || first == "SCALAR") << first;
   EXPECT_EQ(r.out.find("AVX3"), std::string::npos) << r.out;
   // Only the GEMM cap: the SIMD targets stay, AMX and VDPBF16PS go.
   r = RunWithEnv("MXTRAIN_MAX_GEMM_PATH=simd-f32", {"bench", "--list"});
@@ -185,7 +184,8 @@ TEST_F(CliTest, CpuCapsFromTheEnvironment) {
   EXPECT_NE(r.out.find(CurrentSimdTarget()), std::string::npos) << r.out;
 
   for (const auto& [env, expect] : std::vector<std::pair<std::string, std::string>>{
-           {"MXTRAIN_MAX_SIMD_TARGET=NEON9", "MXTRAIN_MAX_SIMD_TARGET='NEON9' names no SIMD target"},
+           {"MXTRAIN_MAX_SIMD_TARGET=NEON9",
+            "MXTRAIN_MAX_SIMD_TARGET='NEON9' names no SIMD target"},
            {"MXTRAIN_MAX_GEMM_PATH=cuda", "MXTRAIN_MAX_GEMM_PATH='cuda' names no GEMM path"}}) {
     r = RunWithEnv(env, {"bench", "--list"});
     EXPECT_EQ(r.code, 2) << env;

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "mxtrain/mx_tensor.h"
 #include "mxtrain/tensor.h"
 #include "test_util.h"
 

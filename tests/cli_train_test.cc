@@ -12,7 +12,6 @@
 #include <vector>
 
 #include "io/json_util.h"
-#include "mxtrain/mx_tensor.h"  // cli_test_util.h uses it without including it
 #include "mxtrain/safetensors.h"
 // After the library headers (a block of its own, so that include sorting keeps it here).
 #include "cli_test_util.h"

@@ -4,7 +4,6 @@
 // under rceil and ceil, which must never round past the largest element. Label
 // "exhaustive" (a ctest entry per test).
 #include <gtest/gtest.h>
-
 #include <omp.h>
 
 #include <cstdio>
@@ -46,8 +45,8 @@ TEST(Exhaustive, SimdEncoderEqualsScalarOnAllFp32) {
             for (uint64_t i = 0; i < kChunk; ++i) {
               if (got[i] != want[i] && mismatches < 10) {
 #pragma omp critical
-                ADD_FAILURE() << t << " " << Name(f) << " bits " << std::hex
-                              << F32Bits(in[i]) << ": " << int{got[i]} << " vs " << int{want[i]};
+                ADD_FAILURE() << t << " " << Name(f) << " bits " << std::hex << F32Bits(in[i])
+                              << ": " << int{got[i]} << " vs " << int{want[i]};
               }
               mismatches += got[i] != want[i];
             }
@@ -65,7 +64,8 @@ TEST(Exhaustive, SimdEncoderEqualsScalarOnAllFp32) {
 // NaN included, for every rule and format.
 TEST(Exhaustive, ScaleTableEqualsBlockScaleOnAllAmax) {
   constexpr int64_t kChunk = int64_t{1} << 20;
-  for (ScaleRule rule : {ScaleRule::kRceil, ScaleRule::kFloor, ScaleRule::kCeil, ScaleRule::kEven}) {
+  for (ScaleRule rule :
+       {ScaleRule::kRceil, ScaleRule::kFloor, ScaleRule::kCeil, ScaleRule::kEven}) {
     for (ElementFormat f : {ElementFormat::kE4M3, ElementFormat::kE5M2}) {
       const internal::ScaleTable& t = internal::ScaleTableFor(rule, f);
       int64_t mismatches = 0;

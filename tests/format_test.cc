@@ -55,11 +55,13 @@ TEST(ElementFormat, NaNCodesAreExactlyTheSpecified) {
 uint8_t NearestCode(ElementFormat f, float x) {
   const uint8_t max_code = f == ElementFormat::kE4M3 ? 0x7E : 0x7B;
   const double ax = std::fabs(static_cast<double>(x));
-  if (ax >= DecodeElement(f, max_code)) return static_cast<uint8_t>(max_code | (std::signbit(x) ? 0x80 : 0));
+  if (ax >= DecodeElement(f, max_code))
+    return static_cast<uint8_t>(max_code | (std::signbit(x) ? 0x80 : 0));
   uint8_t best = 0;
   double best_err = INFINITY;
   for (int c = 0; c <= max_code; ++c) {
-    const double err = std::fabs(static_cast<double>(DecodeElement(f, static_cast<uint8_t>(c))) - ax);
+    const double err =
+        std::fabs(static_cast<double>(DecodeElement(f, static_cast<uint8_t>(c))) - ax);
     if (err < best_err || (err == best_err && (c & 1) == 0)) {
       best = static_cast<uint8_t>(c);
       best_err = err;
@@ -133,8 +135,8 @@ TEST(Bf16, RoundTripAndRounding) {
     // The next bf16 up in magnitude; past the largest finite one it stands for 2^128 (the
     // rounding threshold to Inf lies halfway there).
     const uint16_t next = static_cast<uint16_t>((F32Bits(x) >> 16) + 1);
-    const double hi_bits = (next & 0x7F80) == 0x7F80 ? std::copysign(std::ldexp(1.0, 128), x)
-                                                    : Bf16ToF32(next);
+    const double hi_bits =
+        (next & 0x7F80) == 0x7F80 ? std::copysign(std::ldexp(1.0, 128), x) : Bf16ToF32(next);
     const double dlo = std::fabs(x - lo), dhi = std::fabs(hi_bits - x);
     const uint16_t expect = static_cast<uint16_t>(
         (F32Bits(x) >> 16) + ((dhi < dlo || (dhi == dlo && ((F32Bits(x) >> 16) & 1))) ? 1 : 0));
@@ -145,7 +147,8 @@ TEST(Bf16, RoundTripAndRounding) {
 TEST(E8M0, DecodeAndInverse) {
   for (int b = 0; b < 255; ++b) {
     EXPECT_EQ(static_cast<double>(DecodeE8M0(static_cast<uint8_t>(b))), std::ldexp(1.0, b - 127));
-    EXPECT_EQ(static_cast<double>(E8M0InverseScale(static_cast<uint8_t>(b))), std::ldexp(1.0, 127 - b));
+    EXPECT_EQ(static_cast<double>(E8M0InverseScale(static_cast<uint8_t>(b))),
+              std::ldexp(1.0, 127 - b));
   }
   EXPECT_TRUE(std::isnan(DecodeE8M0(0xFF)));
 }
@@ -168,8 +171,10 @@ uint8_t OracleScale(ScaleRule rule, ElementFormat f, float amax) {
   const int emax = f == ElementFormat::kE4M3 ? 8 : 15;
   const double a = amax;
   switch (rule) {
-    case ScaleRule::kFloor: return Clamp(FloorLog2Oracle(a) - emax + 127);
-    case ScaleRule::kCeil: return Clamp(CeilLog2Oracle(a) - emax + 127);
+    case ScaleRule::kFloor:
+      return Clamp(FloorLog2Oracle(a) - emax + 127);
+    case ScaleRule::kCeil:
+      return Clamp(CeilLog2Oracle(a) - emax + 127);
     case ScaleRule::kRceil: {
       const float inv = f == ElementFormat::kE4M3 ? 1.0f / 448.0f : 1.0f / 57344.0f;
       const float d = amax * inv;  // one fp32 multiply, as specified
@@ -202,9 +207,11 @@ TEST(ScaleRules, MatchClosedFormOracles) {
     if (bits == 0 || bits >= kF32InfBits) continue;
     const float a = F32FromBits(bits);
     for (ElementFormat f : {ElementFormat::kE4M3, ElementFormat::kE5M2}) {
-      for (ScaleRule r : {ScaleRule::kRceil, ScaleRule::kFloor, ScaleRule::kCeil, ScaleRule::kEven}) {
+      for (ScaleRule r :
+           {ScaleRule::kRceil, ScaleRule::kFloor, ScaleRule::kCeil, ScaleRule::kEven}) {
         ASSERT_EQ(BlockScale(r, f, bits), OracleScale(r, f, a))
-            << Name(r) << " " << Name(f) << " amax bits " << std::hex << bits << " seed " << std::dec << seed;
+            << Name(r) << " " << Name(f) << " amax bits " << std::hex << bits << " seed "
+            << std::dec << seed;
       }
     }
   }
@@ -241,8 +248,8 @@ TEST(ScaleRules, SpecialBlocks) {
 // NUMERICS.md §8: rceil, d's fp32 bits -> b.
 TEST(ScaleRules, RceilGoldenQuotients) {
   const std::pair<uint32_t, int> cases[] = {
-      {0x0, 0},         {0x1, 0},         {0x00400000, 0},  {0x00400001, 1},  {0x007FFFFF, 1},
-      {0x00800000, 1},  {0x1F800000, 63}, {0x1F800001, 64}, {0x3F7FFFFF, 127}, {0x3F800000, 127},
+      {0x0, 0},          {0x1, 0},          {0x00400000, 0},   {0x00400001, 1},   {0x007FFFFF, 1},
+      {0x00800000, 1},   {0x1F800000, 63},  {0x1F800001, 64},  {0x3F7FFFFF, 127}, {0x3F800000, 127},
       {0x3F800001, 128}, {0x5F800000, 191}, {0x5F800001, 192}, {0x7F000000, 254}};
   for (auto [d, b] : cases) EXPECT_EQ(RceilScaleFromQuotient(d), b) << std::hex << d;
   EXPECT_EQ(RceilScaleFromQuotient(0x7F7FFFFF), 254);  // clamped

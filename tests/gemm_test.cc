@@ -2,8 +2,9 @@
 // the three training GEMMs, remainders, exact paths for extreme scales, NaN propagation,
 // bias, accumulation, bf16 output, grouped GEMM bit-identical to per-group dense GEMM, and
 // the errors.
-#include <gtest/gtest.h>
+#include "mxtrain/gemm.h"
 
+#include <gtest/gtest.h>
 #include <omp.h>
 
 #include <algorithm>
@@ -14,11 +15,10 @@
 #include <vector>
 
 #include "gemm/grouped.h"
+#include "gemm_test_util.h"
 #include "mxtrain/error.h"
-#include "mxtrain/gemm.h"
 #include "mxtrain/quantize.h"
 #include "mxtrain/simd.h"
-#include "gemm_test_util.h"
 #include "test_util.h"
 
 namespace mxtrain {
@@ -85,11 +85,16 @@ TEST(Gemm, ExtremeScalesTakeTheExactPath) {
     // x and w magnitudes: both tiny (decoded values and products subnormal), both large
     // (products overflow to Inf), one near the top of fp32 and one near the bottom (decoded
     // values overflow or underflow though the products are ordinary).
-    const int ranges[][4] = {{-125, -118, -125, -118}, {-135, -125, -10, 0}, {100, 110, 20, 30},
-                             {118, 126, -126, -118}, {-60, -50, -70, -60}};
+    const int ranges[][4] = {{-125, -118, -125, -118},
+                             {-135, -125, -10, 0},
+                             {100, 110, 20, 30},
+                             {118, 126, -126, -118},
+                             {-60, -50, -70, -60}};
     for (const auto& r : ranges) {
-      const Operands o = MakeTrainingOperands(20, 40, 96, 55, r[0], r[1], ElementFormat::kE4M3, r[2], r[3]);
-      ExpectWithinBound(MxGemm(o.x_row, o.w_row), o.x_row, o.w_row, StrCat(path, " fprop ", r[0], " ", r[2]));
+      const Operands o =
+          MakeTrainingOperands(20, 40, 96, 55, r[0], r[1], ElementFormat::kE4M3, r[2], r[3]);
+      ExpectWithinBound(MxGemm(o.x_row, o.w_row), o.x_row, o.w_row,
+                        StrCat(path, " fprop ", r[0], " ", r[2]));
       ExpectWithinBound(MxGemm(o.x_row, o.w_row), o.x_row, o.w_row, StrCat(path, " fprop ", r[0]));
     }
     // One tiny row among normal ones: only its tiles go exact, results still in bound.
@@ -136,8 +141,8 @@ TEST(Gemm, HybridFormatsBiasAccumulateBf16) {
     ExpectWithinBound(yb, o.x_row, o.w_row, path + " bf16");
     // Accumulate into main_grad twice: C = before + dW.
     Tensor main_grad = MakeF32({50, 64}, RandomValues(50 * 64, 6, -1, 1));
-    const Tensor before = MakeF32({50, 64}, std::vector<float>(main_grad.data<float>(),
-                                                               main_grad.data<float>() + 50 * 64));
+    const Tensor before = MakeF32(
+        {50, 64}, std::vector<float>(main_grad.data<float>(), main_grad.data<float>() + 50 * 64));
     GemmOptions acc;
     acc.accumulate = &main_grad;
     const Tensor r = MxGemm(o.dy_col, o.x_col, acc);
@@ -183,7 +188,8 @@ TEST(Gemm, LongContractionAndWideOutput) {
     const MxTensor a = QuantizeRowwise(MakeF32({33, 2200}, RandomValues(33 * 2200, 82, -2, 2)), {});
     const MxTensor b = QuantizeRowwise(MakeF32({70, 2200}, RandomValues(70 * 2200, 83, -2, 2)), {});
     Tensor acc = MakeF32({33, 70}, RandomValues(33 * 70, 84, -1, 1));
-    const Tensor before = MakeF32({33, 70}, std::vector<float>(acc.data<float>(), acc.data<float>() + 33 * 70));
+    const Tensor before =
+        MakeF32({33, 70}, std::vector<float>(acc.data<float>(), acc.data<float>() + 33 * 70));
     GemmOptions o2;
     o2.accumulate = &acc;
     MxGemm(a, b, o2);
@@ -343,8 +349,10 @@ TEST(GroupedGemm, FpropAndDgradEqualDensePerGroup) {
       oe.bias = &be;
       const Tensor ye = MxGemm(xq.Rows(groups.begin(e), groups.end(e)), wq.rowwise.Matrix(e), oe);
       const Tensor dxe = MxGemm(dyq.Rows(groups.begin(e), groups.end(e)), wq.columnwise.Matrix(e));
-      EXPECT_EQ(std::memcmp(ye.raw(), y.data<float>() + groups.begin(e) * n, ye.NumBytes()), 0) << e;
-      EXPECT_EQ(std::memcmp(dxe.raw(), dx.data<float>() + groups.begin(e) * k, dxe.NumBytes()), 0) << e;
+      EXPECT_EQ(std::memcmp(ye.raw(), y.data<float>() + groups.begin(e) * n, ye.NumBytes()), 0)
+          << e;
+      EXPECT_EQ(std::memcmp(dxe.raw(), dx.data<float>() + groups.begin(e) * k, dxe.NumBytes()), 0)
+          << e;
       ExpectWithinBound(dxe, dyq.Rows(groups.begin(e), groups.end(e)), wq.columnwise.Matrix(e),
                         path + " grouped dgrad");
     }
@@ -419,8 +427,10 @@ TEST(GroupedGemm, ConcurrentGroupsEqualDensePerGroup) {
     const MxTensor xq = QuantizeRowwise(MakeF32({m, k}, RandomValues(m * k, 71, -2, 2)), {});
     const MxTensor wq =
         QuantizeRowwise(MakeF32({experts, n, k}, RandomValues(experts * n * k, 72, -2, 2)), {});
-    const MxTensor dyq = QuantizeGrouped(MakeF32({m, n}, RandomValues(m * n, 73, -2, 2)), groups, {});
-    const MxTensor xg = QuantizeGrouped(MakeF32({m, k}, RandomValues(m * k, 74, -2, 2)), groups, {});
+    const MxTensor dyq =
+        QuantizeGrouped(MakeF32({m, n}, RandomValues(m * n, 73, -2, 2)), groups, {});
+    const MxTensor xg =
+        QuantizeGrouped(MakeF32({m, k}, RandomValues(m * k, 74, -2, 2)), groups, {});
     for (const std::string& path : AvailableGemmPaths()) {
       ForceGemmPath(path);
       std::vector<Tensor> y(3), dw(3);

@@ -34,7 +34,8 @@ inline double DecodedAt(const MxTensor& t, int64_t f, int64_t k) {
   const bool rows = t.axis() == BlockAxis::kColumnwise;
   const int64_t free = rows ? t.shape()[1] : t.shape()[0];
   const int64_t s = rows ? t.shape()[0] : t.shape()[1];
-  const uint8_t code = rows ? t.data().data<uint8_t>()[k * free + f] : t.data().data<uint8_t>()[f * s + k];
+  const uint8_t code =
+      rows ? t.data().data<uint8_t>()[k * free + f] : t.data().data<uint8_t>()[f * s + k];
   const uint8_t b = rows ? t.scales().data<uint8_t>()[(k / 32) * free + f]
                          : t.scales().data<uint8_t>()[f * CeilDiv(s, 32) + k / 32];
   if (b == 0xFF) return NAN;
@@ -90,14 +91,18 @@ class BoundOracle {
           continue;
         }
         if (std::isinf(static_cast<float>(exact))) {  // beyond fp32: rounds to +-Inf
-          ASSERT_EQ(got, static_cast<double>(static_cast<float>(exact))) << what << " at " << i << "," << j;
+          ASSERT_EQ(got, static_cast<double>(static_cast<float>(exact)))
+              << what << " at " << i << "," << j;
           continue;
         }
-        const double rounded = c.dtype() == DType::kF32 ? static_cast<double>(static_cast<float>(exact))
-                                                        : Bf16ToF32(F32ToBf16(static_cast<float>(exact)));
+        const double rounded = c.dtype() == DType::kF32
+                                   ? static_cast<double>(static_cast<float>(exact))
+                                   : Bf16ToF32(F32ToBf16(static_cast<float>(exact)));
         // Half an ulp of the output type: fp32 ulp / 2, or bf16's (2^16 fp32 ulps) / 2.
-        const float mag = std::max(std::fabs(static_cast<float>(exact)), static_cast<float>(std::fabs(rounded)));
-        const double ulp_half = (std::nextafter(mag, INFINITY) - mag) * (c.dtype() == DType::kF32 ? 0.5 : 32768.0);
+        const float mag =
+            std::max(std::fabs(static_cast<float>(exact)), static_cast<float>(std::fabs(rounded)));
+        const double ulp_half =
+            (std::nextafter(mag, INFINITY) - mag) * (c.dtype() == DType::kF32 ? 0.5 : 32768.0);
         const double bound = (s_ + 2) * std::ldexp(1.0, -24) * abs_sum + ulp_half + 1e-300;
         ASSERT_LE(std::fabs(got - exact), bound)
             << what << " at " << i << "," << j << ": got " << got << " exact " << exact;
@@ -111,8 +116,8 @@ class BoundOracle {
 };
 
 inline void ExpectWithinBound(const Tensor& c, const MxTensor& a, const MxTensor& b,
-                       const std::string& what, const Tensor* bias = nullptr,
-                       const Tensor* before = nullptr) {
+                              const std::string& what, const Tensor* bias = nullptr,
+                              const Tensor* before = nullptr) {
   BoundOracle(a, b, bias, before).Check(c, what);
 }
 

@@ -2,6 +2,8 @@
 // layout, bf16 and fp32 compute) against a double-precision oracle on the operands as
 // rounded to the compute type; the grouped forms bit-identical to per-group calls; and
 // the elementwise kernels around them (casts, bias-gradient row sums).
+#include "mxtrain/hp_gemm.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,7 +14,6 @@
 #include "gemm_test_util.h"
 #include "mxtrain/elementwise.h"
 #include "mxtrain/error.h"
-#include "mxtrain/hp_gemm.h"
 #include "mxtrain/quantize.h"
 #include "test_util.h"
 
@@ -55,7 +56,8 @@ void ExpectHpWithinBound(const Tensor& c, const Tensor& a, Contract ca, const Te
         abs += std::fabs(p);
       }
       if (before != nullptr) exact += (*before)[i * n + j], abs += std::fabs((*before)[i * n + j]);
-      if (bias != nullptr) exact += bias->data<float>()[j], abs += std::fabs(bias->data<float>()[j]);
+      if (bias != nullptr)
+        exact += bias->data<float>()[j], abs += std::fabs(bias->data<float>()[j]);
       const double got = ValueAt(c, i * n + j);
       const double half_ulp = std::fabs(exact) * (c.dtype() == DType::kF32 ? 0x1p-24 : 0x1p-8);
       ASSERT_LE(std::fabs(got - exact), (s + 2) * 0x1p-24 * abs + half_ulp + 1e-30)
@@ -81,8 +83,8 @@ TEST(HpGemm, EveryPathLayoutAndComputeWithinBound) {
                      {1, 1, 1}, {7, 33, 65}, {64, 48, 96}, {70, 5, 3}}) {
               const Tensor a = Stored(RandomValues(m * s, ++seed, -3, 3), m, s, ca, in_dtype);
               const Tensor b = Stored(RandomValues(n * s, ++seed, -3, 3), n, s, cb, in_dtype);
-              const std::string what = StrCat(path, " compute=", Name(compute), " in=",
-                                              Name(in_dtype), " ", m, "x", n, "x", s);
+              const std::string what = StrCat(path, " compute=", Name(compute),
+                                              " in=", Name(in_dtype), " ", m, "x", n, "x", s);
               const Tensor c = HpGemm(a, ca, b, cb, compute);
               ASSERT_EQ(c.shape(), (Shape{m, n})) << what;
               ExpectHpWithinBound(c, a, ca, b, cb, compute, what);
@@ -107,7 +109,8 @@ TEST(HpGemm, BiasAccumulateBf16OutputAndGivenOutput) {
     ob.out_dtype = DType::kBF16;
     const Tensor c = HpGemm(a, Contract::kLast, b, Contract::kFirst, DType::kBF16, ob);
     ASSERT_EQ(c.dtype(), DType::kBF16);
-    ExpectHpWithinBound(c, a, Contract::kLast, b, Contract::kFirst, DType::kBF16, path + " bias bf16", &bias);
+    ExpectHpWithinBound(c, a, Contract::kLast, b, Contract::kFirst, DType::kBF16,
+                        path + " bias bf16", &bias);
     Tensor acc = MakeF32({m, n}, start);
     GemmOptions oa;
     oa.accumulate = &acc;
@@ -175,11 +178,13 @@ TEST(HpGemm, EmptyShapesAndErrors) {
                           Tensor::Zeros(DType::kF32, {3, 4}), Contract::kLast, DType::kBF16);
   EXPECT_EQ(e.shape(), (Shape{0, 3}));
   const Tensor a = Tensor::Zeros(DType::kF32, {4, 8});
-  EXPECT_THROW(HpGemm(a, Contract::kLast, Tensor::Zeros(DType::kF32, {4, 7}), Contract::kLast,
-                      DType::kF32), Error);
+  EXPECT_THROW(
+      HpGemm(a, Contract::kLast, Tensor::Zeros(DType::kF32, {4, 7}), Contract::kLast, DType::kF32),
+      Error);
   EXPECT_THROW(HpGemm(a, Contract::kLast, a, Contract::kLast, DType::kU8), Error);
-  EXPECT_THROW(HpGemm(Tensor::Zeros(DType::kU8, {4, 8}), Contract::kLast, a, Contract::kLast,
-                      DType::kF32), Error);
+  EXPECT_THROW(
+      HpGemm(Tensor::Zeros(DType::kU8, {4, 8}), Contract::kLast, a, Contract::kLast, DType::kF32),
+      Error);
   EXPECT_THROW(ForceHpGemmPath("cublas"), Error);
   // A negative thread count names the function instead of meaning "all cores".
   GemmOptions negative;
@@ -192,7 +197,8 @@ TEST(HpGemm, EmptyShapesAndErrors) {
 
 TEST(HpGemm, GroupedFormsEqualPerGroupCalls) {
   const int64_t m = 90, k = 40, n = 24, experts = 4;
-  const GroupList groups = GroupList::Make(std::vector<int64_t>{30, 0, 41, 19}, GroupListType::kCounts, m);
+  const GroupList groups =
+      GroupList::Make(std::vector<int64_t>{30, 0, 41, 19}, GroupListType::kCounts, m);
   const Tensor x = MakeBf16({m, k}, RandomValues(m * k, 7, -2, 2));
   const Tensor w = MakeF32({experts, n, k}, RandomValues(experts * n * k, 8, -2, 2));
   const Tensor dy = MakeBf16({m, n}, RandomValues(m * n, 9, -2, 2));
@@ -211,11 +217,14 @@ TEST(HpGemm, GroupedFormsEqualPerGroupCalls) {
         continue;
       }
       EXPECT_TRUE(BytesEqual(y.Slice(r0, r1), HpGemm(x.Slice(r0, r1), Contract::kLast, we,
-                                                     Contract::kLast, DType::kBF16))) << e;
+                                                     Contract::kLast, DType::kBF16)))
+          << e;
       EXPECT_TRUE(BytesEqual(dx.Slice(r0, r1), HpGemm(dy.Slice(r0, r1), Contract::kLast, we,
-                                                      Contract::kFirst, DType::kBF16))) << e;
+                                                      Contract::kFirst, DType::kBF16)))
+          << e;
       EXPECT_TRUE(BytesEqual(dwe, HpGemm(dy.Slice(r0, r1), Contract::kFirst, x.Slice(r0, r1),
-                                         Contract::kFirst, DType::kBF16))) << e;
+                                         Contract::kFirst, DType::kBF16)))
+          << e;
     }
     Tensor acc = Tensor::Zeros(DType::kF32, {experts, n, k});
     for (int64_t i = 0; i < acc.NumElements(); ++i) acc.data<float>()[i] = 2.0f;
@@ -245,7 +254,8 @@ TEST(Elementwise, RowSumsInOrderAndGrouped) {
   const int64_t m = 77, n = 300;
   const std::vector<float> v = RandomValues(m * n, 12, -4, 4);
   const Tensor x = MakeBf16({m, n}, v);
-  const GroupList groups = GroupList::Make(std::vector<int64_t>{20, 0, 57}, GroupListType::kCounts, m);
+  const GroupList groups =
+      GroupList::Make(std::vector<int64_t>{20, 0, 57}, GroupListType::kCounts, m);
   const Tensor s = SumRows(x, nullptr, 2);
   const Tensor gs = SumRowsGrouped(x, groups, nullptr, 2);
   for (int64_t j = 0; j < n; ++j) {
@@ -254,13 +264,15 @@ TEST(Elementwise, RowSumsInOrderAndGrouped) {
     ASSERT_EQ(s.data<float>()[j], want) << j;
     for (int g = 0; g < 3; ++g) {
       float wg = 0;
-      for (int64_t i = groups.begin(g); i < groups.end(g); ++i) wg += Bf16ToF32(x.data<uint16_t>()[i * n + j]);
+      for (int64_t i = groups.begin(g); i < groups.end(g); ++i)
+        wg += Bf16ToF32(x.data<uint16_t>()[i * n + j]);
       ASSERT_EQ(gs.data<float>()[g * n + j], wg) << g << "," << j;
     }
   }
   Tensor acc = MakeF32({n}, std::vector<float>(n, 1.0f));
   SumRows(x.Slice(0, 1), &acc);
-  for (int64_t j = 0; j < n; ++j) ASSERT_EQ(acc.data<float>()[j], 1.0f + Bf16ToF32(x.data<uint16_t>()[j]));
+  for (int64_t j = 0; j < n; ++j)
+    ASSERT_EQ(acc.data<float>()[j], 1.0f + Bf16ToF32(x.data<uint16_t>()[j]));
   Tensor wrong = Tensor::Zeros(DType::kF32, {n + 1});
   EXPECT_THROW(SumRows(x, &wrong), Error);
   EXPECT_THROW(SumRows(x.Reshape({m * n}), nullptr), Error);

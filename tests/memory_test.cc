@@ -1,11 +1,12 @@
 // The tracking allocator (memory.h): quantized copies counted under their category, freed
 // large buffers cached for reuse and reported apart from live bytes, and the size classes
 // the cache serves.
+#include "mxtrain/memory.h"
+
 #include <gtest/gtest.h>
 
 #include <cstdint>
 
-#include "mxtrain/memory.h"
 #include "mxtrain/quantize.h"
 #include "mxtrain/tensor.h"
 
@@ -14,14 +15,17 @@ namespace {
 
 TEST(Memory, QuantizedCopiesAreCounted) {
   const Tensor x = Tensor::Zeros(DType::kF32, {96, 64});
-  const int64_t before = ReadMemory().by_category[static_cast<int>(MemoryCategory::kQuantized)].live_bytes;
+  const int64_t before =
+      ReadMemory().by_category[static_cast<int>(MemoryCategory::kQuantized)].live_bytes;
   {
     const DualMx q = QuantizeDual(x, {});
-    const int64_t after = ReadMemory().by_category[static_cast<int>(MemoryCategory::kQuantized)].live_bytes;
+    const int64_t after =
+        ReadMemory().by_category[static_cast<int>(MemoryCategory::kQuantized)].live_bytes;
     // Two FP8 copies (M*K each) plus rowwise scales M*ceil(K/32) and columnwise ceil(M/32)*K.
     EXPECT_EQ(after - before, 2 * 96 * 64 + 96 * 2 + 3 * 64);
   }
-  EXPECT_EQ(ReadMemory().by_category[static_cast<int>(MemoryCategory::kQuantized)].live_bytes, before);
+  EXPECT_EQ(ReadMemory().by_category[static_cast<int>(MemoryCategory::kQuantized)].live_bytes,
+            before);
 }
 
 TEST(Memory, FreedLargeBuffersAreCachedNotCounted) {

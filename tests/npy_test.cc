@@ -1,8 +1,6 @@
 // ReadNpy / WriteNpyFiles: round trips, the exact bytes NumPy's format prescribes, headers
 // written by hand in every accepted variant, each rejected input, and all-or-nothing sets.
 #include "mxtrain/npy.h"
-#include "temp_dir_test.h"
-#include "test_util.h"
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -18,6 +16,8 @@
 #include <vector>
 
 #include "mxtrain/error.h"
+#include "temp_dir_test.h"
+#include "test_util.h"
 
 namespace mxtrain {
 namespace {
@@ -63,7 +63,6 @@ class NpyTest : public testing_util::TempDirTest {
     WriteBytes(path, bytes);
     ExpectReadError(path, expect);
   }
-
 };
 
 Tensor Iota(DType dtype, Shape shape) {

@@ -22,14 +22,16 @@ TEST(Ops, DeferredInputCostsNothingWhenHeldElsewhere) {
     ReleaseCachedMemory();
     const int64_t before = ReadMemory().total.live_bytes;
     Forwarded f = layer.Forward(x);
-    const int64_t extra = ReadMemory().total.live_bytes - before - static_cast<int64_t>(f.y.NumBytes());
+    const int64_t extra =
+        ReadMemory().total.live_bytes - before - static_cast<int64_t>(f.y.NumBytes());
     const int64_t x_col = p.m * p.k + CeilDiv(p.m, 32) * p.k;
     EXPECT_EQ(extra, ip == SavePolicy::kQuantized ? x_col : 0) << Name(ip);
     // Two layers reading the same x (Q, K and V projections): held once under deferred.
     Forwarded f2 = layer.Forward(x);
     const int64_t held = ReadMemory().held_for_backward.live_bytes;
-    EXPECT_EQ(held, ip == SavePolicy::kQuantized ? 2 * x_col + 0 + 4 * p.n * p.k
-                                                 : static_cast<int64_t>(x.NumBytes()) + 4 * p.n * p.k)
+    EXPECT_EQ(held, ip == SavePolicy::kQuantized
+                        ? 2 * x_col + 0 + 4 * p.n * p.k
+                        : static_cast<int64_t>(x.NumBytes()) + 4 * p.n * p.k)
         << Name(ip);
   }
   EXPECT_EQ(ReadMemory().held_for_backward.live_bytes, 0) << "dropped contexts release";

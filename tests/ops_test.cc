@@ -26,12 +26,20 @@ TEST(Ops, EveryCombinationMatchesTheReferenceRunAndTheOracle) {
     for (RecipeFormats formats : {RecipeFormats::kE4M3, RecipeFormats::kHybrid}) {
       // bf16 parameters with bf16 inputs only: the parameter dtype is independent of the
       // input's, and the combinations stay affordable under sanitizers.
-      for (const auto& [x_dtype, param_dtype] : std::vector<std::pair<DType, DType>>{
-               {DType::kF32, DType::kF32}, {DType::kBF16, DType::kF32}, {DType::kBF16, DType::kBF16}}) {
+      for (const auto& [x_dtype, param_dtype] :
+           std::vector<std::pair<DType, DType>>{{DType::kF32, DType::kF32},
+                                                {DType::kBF16, DType::kF32},
+                                                {DType::kBF16, DType::kBF16}}) {
         const Problem& p = param_dtype == DType::kF32 ? f32_params : bf16_params;
         for (bool input_grad : {true, false}) {
-          const Combo base{grouped, SavePolicy::kQuantized, SavePolicy::kQuantized, false,
-                           input_grad, formats, x_dtype, param_dtype};
+          const Combo base{grouped,
+                           SavePolicy::kQuantized,
+                           SavePolicy::kQuantized,
+                           false,
+                           input_grad,
+                           formats,
+                           x_dtype,
+                           param_dtype};
           const RunResult want = RunCombo(p, base);
           CheckAgainstOracle(p, base, want);
           CheckSqnrAndBias(p, base, want);
@@ -199,7 +207,8 @@ TEST(Ops, BadInputsRaise) {
   const Problem g = MakeProblem(true, 62);
   const Layer gl(g, Recipe(), {});
   const Tensor gx = MakeF32(g.x_shape, g.x);
-  const GroupList three = GroupList::Make(std::vector<int64_t>{50, 25, 25}, GroupListType::kCounts, g.m);
+  const GroupList three =
+      GroupList::Make(std::vector<int64_t>{50, 25, 25}, GroupListType::kCounts, g.m);
   EXPECT_THROW(gl.grouped->Forward(gx, three), Error);
   const GroupList short_list =
       GroupList::Make(std::vector<int64_t>{10, 10, 10, 10}, GroupListType::kCounts, 40);

@@ -7,8 +7,8 @@
 
 #include <cmath>
 #include <cstring>
-#include <tuple>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "gemm_test_util.h"
@@ -121,8 +121,8 @@ struct Combo {
   std::string Name() const {
     return StrCat(grouped ? "grouped" : "dense", " input=", mxtrain::Name(input_policy),
                   " weight=", mxtrain::Name(weight_policy), cache ? " cache" : " no-cache",
-                  input_grad ? " dx" : " no-dx", " ", mxtrain::Name(formats), " x=",
-                  mxtrain::Name(x_dtype), " params=", mxtrain::Name(param_dtype));
+                  input_grad ? " dx" : " no-dx", " ", mxtrain::Name(formats),
+                  " x=", mxtrain::Name(x_dtype), " params=", mxtrain::Name(param_dtype));
   }
   Recipe MakeRecipe() const {
     RecipeOptions o;
@@ -203,7 +203,8 @@ struct Exact {
   std::vector<double> y, dx, dw;
 };
 
-inline Exact ExactLayer(const Problem& p, const std::vector<double>& x, const std::vector<double>& dy) {
+inline Exact ExactLayer(const Problem& p, const std::vector<double>& x,
+                        const std::vector<double>& dy) {
   Exact e;
   e.y.assign(static_cast<size_t>(p.m * p.n), 0.0);
   e.dx.assign(static_cast<size_t>(p.m * p.k), 0.0);
@@ -273,7 +274,9 @@ inline double PredictedSqnr(double a_db, double b_db) {
 }
 
 // SQNR of one MX layout of t against t itself.
-inline double QuantSqnr(const MxTensor& q, const Tensor& t) { return Sqnr(Dequantize(q), AsDoubles(t)); }
+inline double QuantSqnr(const MxTensor& q, const Tensor& t) {
+  return Sqnr(Dequantize(q), AsDoubles(t));
+}
 
 inline void CheckSqnrAndBias(const Problem& p, const Combo& c, const RunResult& r) {
   const Tensor x = MakeHp(c.x_dtype, {p.m, p.k}, p.x);
@@ -290,8 +293,10 @@ inline void CheckSqnrAndBias(const Problem& p, const Combo& c, const RunResult& 
   const QuantizeOptions qg{recipe.grad_format(), recipe.scale()};
   double dx_floor = 25.0, dw_floor = 25.0;
   if (c.formats == RecipeFormats::kHybrid) {
-    dx_floor = PredictedSqnr(QuantSqnr(QuantizeRowwise(dy, qg), dy), QuantSqnr(QuantizeColumnwise(w, qw), w));
-    dw_floor = PredictedSqnr(QuantSqnr(QuantizeColumnwise(dy, qg), dy), QuantSqnr(QuantizeColumnwise(x, qx), x));
+    dx_floor = PredictedSqnr(QuantSqnr(QuantizeRowwise(dy, qg), dy),
+                             QuantSqnr(QuantizeColumnwise(w, qw), w));
+    dw_floor = PredictedSqnr(QuantSqnr(QuantizeColumnwise(dy, qg), dy),
+                             QuantSqnr(QuantizeColumnwise(x, qx), x));
     EXPECT_GT(dx_floor, 22.0) << c.Name();  // the prediction itself stays sane
     EXPECT_GT(dw_floor, 22.0) << c.Name();
   }

@@ -2,6 +2,8 @@
 // reference byte for byte (every SIMD target, f32 and bf16, both formats, all rules, shape
 // sweeps, 3-D, groups) and argument errors. Dequantization and MX layouts:
 // dequantize_test.cc; memory accounting: memory_test.cc.
+#include "mxtrain/quantize.h"
+
 #include <gtest/gtest.h>
 
 #include <array>
@@ -12,7 +14,6 @@
 #include <vector>
 
 #include "mxtrain/error.h"
-#include "mxtrain/quantize.h"
 #include "mxtrain/simd.h"
 #include "quantize/scale_table.h"
 #include "test_util.h"
@@ -32,8 +33,8 @@ constexpr ScaleRule kRules[] = {ScaleRule::kRceil, ScaleRule::kFloor, ScaleRule:
 constexpr ElementFormat kFormats[] = {ElementFormat::kE4M3, ElementFormat::kE5M2};
 
 std::string Describe(const QuantizeOptions& o, const Tensor& x) {
-  return StrCat(Name(o.format), "/", Name(o.rule), " ", Name(x.dtype()), " ",
-                x.shape().ToString(), " target ", CurrentSimdTarget());
+  return StrCat(Name(o.format), "/", Name(o.rule), " ", Name(x.dtype()), " ", x.shape().ToString(),
+                " target ", CurrentSimdTarget());
 }
 
 void ExpectSame(const MxTensor& fast, const MxTensor& ref, const std::string& what) {
@@ -67,8 +68,8 @@ std::vector<Golden> GoldenCases() {
       {"2^-126 with b = 0 reads 2.0", Fill(0x00800000), false, 0, 0x40, 0, 0x40, -1, 0},
       {"448 exactly fits at b = 127", Fill(0x43E00000), false, 127, 0x7E, 127, 0x7E, -1, 0},
       {"-448 keeps its sign", Fill(0xC3E00000), false, 127, 0xFE, 127, 0xFE, -1, 0},
-      {"fp32 max: floor saturates, rceil rounds up", Fill(0x7F7FFFFF), false, 246, 0x7E, 247,
-       0x78, -1, 0},
+      {"fp32 max: floor saturates, rceil rounds up", Fill(0x7F7FFFFF), false, 246, 0x7E, 247, 0x78,
+       -1, 0},
       {"480 above max normal", Fill(0x43F00000), false, 127, 0x7E, 128, 0x77, -1, 0},
       {"just above 3.5: mantissa > 1.75", Fill(0x40600001), false, 120, 0x7E, 121, 0x76, -1, 0},
       {"just below 512", Fill(0x43FFFFFF), false, 127, 0x7E, 128, 0x78, -1, 0},
@@ -76,10 +77,10 @@ std::vector<Golden> GoldenCases() {
        0x78, 5, 0x00},
       {"all fp32 min subnormal", Fill(0x1), false, 0, 0x00, 0, 0x00, -1, 0},
       {"bf16 min subnormal 2^-133 -> 2^-6", Fill(0x0001), true, 0, 0x08, 0, 0x08, -1, 0},
-      {"one NaN poisons the block", Fill(0x3F800000, 9, 0x7FC00000), false, 0xFF, 0x7F, 0xFF,
-       0x7F, -1, 0},
-      {"one Inf poisons the block", Fill(0x3F800000, 31, 0xFF800000), false, 0xFF, 0x7F, 0xFF,
-       0x7F, -1, 0},
+      {"one NaN poisons the block", Fill(0x3F800000, 9, 0x7FC00000), false, 0xFF, 0x7F, 0xFF, 0x7F,
+       -1, 0},
+      {"one Inf poisons the block", Fill(0x3F800000, 31, 0xFF800000), false, 0xFF, 0x7F, 0xFF, 0x7F,
+       -1, 0},
   };
 }
 
@@ -191,10 +192,9 @@ void CheckEveryTargetFormatRule(std::initializer_list<Shape> shapes, uint64_t se
 }
 
 TEST(FastPaths, EveryFormatRuleDtypeAndTarget) {
-  CheckEveryTargetFormatRule({Shape{96, 160}, Shape{3, 45, 77}, Shape{2, 2, 33, 64}, Shape{5, 1056}},
-                             5000, [](const Shape& shape, uint64_t seed) {
-                               return EdgeMix(shape.NumElements(), seed);
-                             });
+  CheckEveryTargetFormatRule(
+      {Shape{96, 160}, Shape{3, 45, 77}, Shape{2, 2, 33, 64}, Shape{5, 1056}}, 5000,
+      [](const Shape& shape, uint64_t seed) { return EdgeMix(shape.NumElements(), seed); });
 }
 
 TEST(FastPaths, LargeOddShapeAndThreads) {
@@ -230,8 +230,10 @@ std::vector<float> TrainingLike(const Shape& shape, uint64_t seed) {
     for (int64_t c = 0; c < cols; ++c) {
       float x = std::ldexp(normal(rng), band_exp);
       const int p = pick(rng);
-      if (p < 10) x = 0.0f;
-      else if (p < 15) x = std::ldexp(x, -6 * (p - 9));  // 2^-6 .. 2^-30 of the rest
+      if (p < 10)
+        x = 0.0f;
+      else if (p < 15)
+        x = std::ldexp(x, -6 * (p - 9));  // 2^-6 .. 2^-30 of the rest
       v[static_cast<size_t>(r * cols + c)] = x;
     }
   }
@@ -276,7 +278,8 @@ TEST(FastPaths, EmptyTensors) {
     const Tensor x = Tensor::Empty(DType::kF32, shape);
     const MxTensor q = QuantizeDual(x, {}).columnwise;
     EXPECT_EQ(q.shape(), shape);
-    EXPECT_EQ(q.scales().shape(), MxTensor::ScaleShape(shape, BlockAxis::kColumnwise, std::nullopt));
+    EXPECT_EQ(q.scales().shape(),
+              MxTensor::ScaleShape(shape, BlockAxis::kColumnwise, std::nullopt));
     EXPECT_EQ(QuantizeRowwise(x, {}).data().NumElements(), 0);
   }
 }
@@ -323,7 +326,8 @@ TEST(ScaleTable, AffineRangeMatchesEntriesAndCoversTheNormalBinades) {
       const internal::ScaleTable& t = internal::ScaleTableFor(rule, f);
       ASSERT_LE(t.affine_lo, t.affine_hi);
       for (uint32_t e = t.affine_lo; e <= t.affine_hi; ++e) {
-        ASSERT_EQ(t.entry[e], (e << 23) + t.affine_delta) << Name(rule) << " " << Name(f) << " " << e;
+        ASSERT_EQ(t.entry[e], (e << 23) + t.affine_delta)
+            << Name(rule) << " " << Name(f) << " " << e;
       }
       // 2^-100 .. 2^100: exponent fields 27 .. 227.
       EXPECT_LE(t.affine_lo, 27u) << Name(rule) << " " << Name(f);
@@ -426,7 +430,8 @@ TEST(FastPaths, Fp32TiesAndStickyBitsEveryTarget) {
       }
       for (size_t i = 0; i < companions.size(); i += 31) {
         v.push_back(setter);
-        for (size_t j = i; j < i + 31; ++j) v.push_back(j < companions.size() ? companions[j] : 0.0f);
+        for (size_t j = i; j < i + 31; ++j)
+          v.push_back(j < companions.size() ? companions[j] : 0.0f);
       }
     }
   }
@@ -448,7 +453,8 @@ TEST(FastPaths, Fp32TiesAndStickyBitsEveryTarget) {
         ExpectSame(QuantizeRowwise(rows, o), ref_row, "rowwise " + Describe(o, rows));
         ExpectSame(QuantizeColumnwise(cols, o), ref_col, "columnwise " + Describe(o, cols));
         ExpectSame(QuantizeDual(rows, o).rowwise, ref_row, "dual " + Describe(o, rows));
-        ExpectSame(QuantizeDual(cols, o).columnwise, ref_col, "dual columnwise " + Describe(o, cols));
+        ExpectSame(QuantizeDual(cols, o).columnwise, ref_col,
+                   "dual columnwise " + Describe(o, cols));
       }
     }
   }
@@ -457,8 +463,8 @@ TEST(FastPaths, Fp32TiesAndStickyBitsEveryTarget) {
 // --- Token-grouped columnwise -------------------------------------------------------------
 
 std::vector<std::vector<int64_t>> GroupCounts() {
-  return {{100}, {0, 100}, {100, 0}, {1, 1, 1, 97}, {31, 33, 0, 36}, {32, 32, 36},
-          {0, 0, 0, 100, 0}, {5, 0, 64, 0, 31}};
+  return {{100},           {0, 100},     {100, 0},          {1, 1, 1, 97},
+          {31, 33, 0, 36}, {32, 32, 36}, {0, 0, 0, 100, 0}, {5, 0, 64, 0, 31}};
 }
 
 TEST(Grouped, ReferenceEqualsColumnwisePerGroup) {
@@ -475,9 +481,13 @@ TEST(Grouped, ReferenceEqualsColumnwisePerGroup) {
       std::vector<float> rows(v.begin() + groups.begin(g) * k, v.begin() + groups.end(g) * k);
       const MxTensor part = ref::QuantizeColumnwise(MakeF32({groups.size(g), k}, rows), {});
       ASSERT_EQ(std::memcmp(q.data().data<uint8_t>() + groups.begin(g) * k, part.data().raw(),
-                            part.data().NumBytes()), 0) << "group " << g;
+                            part.data().NumBytes()),
+                0)
+          << "group " << g;
       ASSERT_EQ(std::memcmp(q.scales().data<uint8_t>() + groups.ScaleRowBegin(g) * k,
-                            part.scales().raw(), part.scales().NumBytes()), 0) << "group " << g;
+                            part.scales().raw(), part.scales().NumBytes()),
+                0)
+          << "group " << g;
     }
   }
 }
@@ -519,21 +529,22 @@ TEST(Grouped, FastAndDualEqualReferenceEveryTarget) {
 TEST(Grouped, BadGroupListsRaise) {
   const int64_t m = 10;
   auto make = [&](std::vector<int64_t> v, GroupListType t) { return GroupList::Make(v, t, m); };
-  EXPECT_THROW(make({5, 3, 10}, GroupListType::kCumsum), Error);   // not monotonic
-  EXPECT_THROW(make({5, 9}, GroupListType::kCumsum), Error);       // does not end at M
-  EXPECT_THROW(make({-1, 10}, GroupListType::kCumsum), Error);     // negative end
-  EXPECT_THROW(make({5, -1, 6}, GroupListType::kCounts), Error);   // negative count
-  EXPECT_THROW(make({5, 4}, GroupListType::kCounts), Error);       // sums to 9
-  EXPECT_THROW(make({5, 6}, GroupListType::kCounts), Error);       // sums to 11
-  EXPECT_THROW(make({}, GroupListType::kCounts), Error);           // empty
+  EXPECT_THROW(make({5, 3, 10}, GroupListType::kCumsum), Error);  // not monotonic
+  EXPECT_THROW(make({5, 9}, GroupListType::kCumsum), Error);      // does not end at M
+  EXPECT_THROW(make({-1, 10}, GroupListType::kCumsum), Error);    // negative end
+  EXPECT_THROW(make({5, -1, 6}, GroupListType::kCounts), Error);  // negative count
+  EXPECT_THROW(make({5, 4}, GroupListType::kCounts), Error);      // sums to 9
+  EXPECT_THROW(make({5, 6}, GroupListType::kCounts), Error);      // sums to 11
+  EXPECT_THROW(make({}, GroupListType::kCounts), Error);          // empty
   EXPECT_NO_THROW(make({0, 10, 10}, GroupListType::kCumsum));
   const Tensor x = Tensor::Zeros(DType::kF32, {10, 4});
   const GroupList other = GroupList::Make(std::vector<int64_t>{12}, GroupListType::kCounts, 12);
   EXPECT_THROW(QuantizeGrouped(x, other, {}), Error);
   EXPECT_THROW(QuantizeDualGrouped(x, other, {}), Error);
-  EXPECT_THROW(QuantizeGrouped(Tensor::Zeros(DType::kF32, {2, 5, 4}),
-                               GroupList::Make(std::vector<int64_t>{5}, GroupListType::kCounts, 5), {}),
-               Error);
+  EXPECT_THROW(
+      QuantizeGrouped(Tensor::Zeros(DType::kF32, {2, 5, 4}),
+                      GroupList::Make(std::vector<int64_t>{5}, GroupListType::kCounts, 5), {}),
+      Error);
 }
 
 // --- Errors ----------------------------------------------------------------------------
@@ -549,9 +560,8 @@ TEST(Errors, BadInputsRaise) {
   QuantizeOptions o;
   o.threads = -1;
   EXPECT_THROW(QuantizeRowwise(Tensor::Zeros(DType::kF32, {2, 32}), o), Error);
-  EXPECT_THROW(Dequantize(QuantizeRowwise(Tensor::Zeros(DType::kF32, {2, 32}), {}),
-                          DType::kF32, -2),
-               Error);
+  EXPECT_THROW(
+      Dequantize(QuantizeRowwise(Tensor::Zeros(DType::kF32, {2, 32}), {}), DType::kF32, -2), Error);
   o.threads = 0;
   EXPECT_NO_THROW(QuantizeRowwise(Tensor::Zeros(DType::kF32, {2, 32}), o));
 }

@@ -15,8 +15,7 @@ namespace mxtrain::testing_util {
 class TempDirTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    std::string pattern =
-        (std::filesystem::temp_directory_path() / "mxtrain_test_XXXXXX").string();
+    std::string pattern = (std::filesystem::temp_directory_path() / "mxtrain_test_XXXXXX").string();
     ASSERT_NE(mkdtemp(pattern.data()), nullptr);
     dir_ = pattern;
   }

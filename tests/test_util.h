@@ -35,14 +35,18 @@ inline std::vector<float> EdgeMix(int64_t count, uint64_t seed) {
     const float sign = (bits_dist(rng) & 1) ? -1.0f : 1.0f;
     float x;
     switch (kind) {
-      case 0: x = sign * 0.0f; break;
-      case 1: x = F32FromBits(bits_dist(rng) & 0x807FFFFFu); break;  // fp32 subnormal
+      case 0:
+        x = sign * 0.0f;
+        break;
+      case 1:
+        x = F32FromBits(bits_dist(rng) & 0x807FFFFFu);
+        break;   // fp32 subnormal
       case 2: {  // 448 * 2^k or 2^k a few ulp away
         const int k = exp_dist(rng) / 2;
         const float base = (bits_dist(rng) & 1) ? 448.0f : 1.0f;
         const int ulps = static_cast<int>(bits_dist(rng) % 7) - 3;
-        x = F32FromBits(static_cast<uint32_t>(
-            static_cast<int64_t>(F32Bits(std::ldexp(base, k))) + ulps));
+        x = F32FromBits(
+            static_cast<uint32_t>(static_cast<int64_t>(F32Bits(std::ldexp(base, k))) + ulps));
         x = std::isfinite(x) ? sign * x : sign;
         break;
       }
@@ -51,8 +55,13 @@ inline std::vector<float> EdgeMix(int64_t count, uint64_t seed) {
         x = sign * std::ldexp(tie, static_cast<int>(bits_dist(rng) % 20) - 10);
         break;
       }
-      case 4: x = F32FromBits(bits_dist(rng)); if (!std::isfinite(x)) x = 1.0f; break;
-      default: x = sign * std::ldexp(std::fabs(normal(rng)) + 0.01f, region_exp); break;
+      case 4:
+        x = F32FromBits(bits_dist(rng));
+        if (!std::isfinite(x)) x = 1.0f;
+        break;
+      default:
+        x = sign * std::ldexp(std::fabs(normal(rng)) + 0.01f, region_exp);
+        break;
     }
     if (!std::isfinite(x)) x = sign * 3.0e38f;
     v[static_cast<size_t>(i)] = x;
@@ -100,7 +109,8 @@ inline int64_t FirstDifference(const Tensor& a, const Tensor& b) {
   for (size_t i = 0; i < std::min(a.NumBytes(), b.NumBytes()); ++i) {
     if (pa[i] != pb[i]) return static_cast<int64_t>(i);
   }
-  return a.NumBytes() == b.NumBytes() ? -1 : static_cast<int64_t>(std::min(a.NumBytes(), b.NumBytes()));
+  return a.NumBytes() == b.NumBytes() ? -1
+                                      : static_cast<int64_t>(std::min(a.NumBytes(), b.NumBytes()));
 }
 
 // Restores the default SIMD target when a test that forced one ends.

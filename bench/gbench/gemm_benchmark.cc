@@ -33,9 +33,15 @@ void RunCase(benchmark::State& state, const mxtrain::GemmBenchCase& c, Row row) 
   }
   for (auto _ : state) {
     switch (row) {
-      case Row::kMx: current->RunMx(); break;
-      case Row::kOneDnn: current->RunOneDnn(); break;
-      case Row::kDense: current->RunDenseTwin(); break;
+      case Row::kMx:
+        current->RunMx();
+        break;
+      case Row::kOneDnn:
+        current->RunOneDnn();
+        break;
+      case Row::kDense:
+        current->RunDenseTwin();
+        break;
     }
   }
   state.counters["flops"] = benchmark::Counter(

@@ -9,11 +9,11 @@
 #include <sstream>
 
 #include "bench_util.h"
-#include "onednn_matmul.h"
 #include "mxtrain/bench/bench.h"
 #include "mxtrain/error.h"
 #include "mxtrain/gemm.h"
 #include "mxtrain/hp_gemm.h"
+#include "onednn_matmul.h"
 
 namespace mxtrain {
 
@@ -23,17 +23,22 @@ using internal::RandomTensor;
 
 std::string_view Name(GemmBenchKind kind) {
   switch (kind) {
-    case GemmBenchKind::kDense: return "dense";
-    case GemmBenchKind::kGrouped: return "grouped";
+    case GemmBenchKind::kDense:
+      return "dense";
+    case GemmBenchKind::kGrouped:
+      return "grouped";
   }
   return "?";
 }
 
 std::string_view Name(GemmPass pass) {
   switch (pass) {
-    case GemmPass::kFprop: return "fprop";
-    case GemmPass::kDgrad: return "dgrad";
-    case GemmPass::kWgrad: return "wgrad";
+    case GemmPass::kFprop:
+      return "fprop";
+    case GemmPass::kDgrad:
+      return "dgrad";
+    case GemmPass::kWgrad:
+      return "wgrad";
   }
   return "?";
 }
@@ -69,9 +74,7 @@ std::vector<GemmBenchCase> StandardGemmBenchCases() {
 
 bool HaveOneDnnBaseline() { return internal::HaveOneDnn(); }
 
-std::string GemmBaselineRoute() {
-  return internal::HaveOneDnn() ? HpGemmRoute(DType::kBF16) : "";
-}
+std::string GemmBaselineRoute() { return internal::HaveOneDnn() ? HpGemmRoute(DType::kBF16) : ""; }
 
 GemmBench::GemmBench(const GemmBenchCase& c)
     : case_(c), threads_(c.threads > 0 ? c.threads : omp_get_max_threads()) {
@@ -271,12 +274,11 @@ std::string ToJson(const GemmBenchResult& r) {
      << ", \"groups\": " << r.c.num_groups() << ", \"ms\": " << JsonNumber(r.ms)
      << ", \"gflops\": " << JsonNumber(r.gflops)
      << ", \"onednn_gflops\": " << JsonNumber(r.onednn_gflops)
-     << ", \"ratio\": " << JsonNumber(r.ratio) << ", \"baseline\": "
-     << (r.baseline.empty() ? "null" : "\"" + r.baseline + "\"")
+     << ", \"ratio\": " << JsonNumber(r.ratio)
+     << ", \"baseline\": " << (r.baseline.empty() ? "null" : "\"" + r.baseline + "\"")
      << ", \"amx_peak_gflops\": " << JsonNumber(r.amx_peak_gflops)
-     << ", \"peak_gflops\": " << JsonNumber(r.peak_gflops) << ", \"peak_kind\": \""
-     << r.peak_kind << "\", \"peak_fraction\": " << JsonNumber(r.peak_fraction)
-     << ", \"threads\": " << r.threads
+     << ", \"peak_gflops\": " << JsonNumber(r.peak_gflops) << ", \"peak_kind\": \"" << r.peak_kind
+     << "\", \"peak_fraction\": " << JsonNumber(r.peak_fraction) << ", \"threads\": " << r.threads
      << ", \"path\": \"" << r.path << "\", \"onednn_ms\": " << JsonNumber(r.onednn_ms)
      << ", \"onednn_impl\": " << (r.onednn_impl.empty() ? "null" : "\"" + r.onednn_impl + "\"")
      << ", \"max_rel_diff\": " << JsonNumber(r.max_rel_diff, /*scientific=*/true)

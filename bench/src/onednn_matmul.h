@@ -11,9 +11,9 @@
 namespace mxtrain::internal {
 
 // C = A . B with A [m, k] and B [k, n] both bf16 or both f32, and fp32 C [m, n], each
-// given as a pointer and element strides, so that the transposed and sub-matrix views the MX operands imply
-// (W [N, K] as B = W^T, dY^T, the rows of one expert) need no copies. C is row-major with
-// leading dimension c_stride_m.
+// given as a pointer and element strides, so that the transposed and sub-matrix views the MX
+// operands imply (W [N, K] as B = W^T, dY^T, the rows of one expert) need no copies. C is row-major
+// with leading dimension c_stride_m.
 struct MatmulView {
   int64_t m, n, k;
   const void* a;

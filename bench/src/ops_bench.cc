@@ -48,8 +48,8 @@ std::vector<OpsBenchCase> StandardOpsBenchCases(int64_t tokens, int64_t hidden) 
 
 std::string OpsBenchConfig::Name() const {
   if (precision != Precision::kMxfp8) return std::string(mxtrain::Name(precision));
-  return StrCat("mxfp8 input=", mxtrain::Name(input_policy), " weight=",
-                mxtrain::Name(weight_policy), reuse ? " reuse" : "");
+  return StrCat("mxfp8 input=", mxtrain::Name(input_policy),
+                " weight=", mxtrain::Name(weight_policy), reuse ? " reuse" : "");
 }
 
 Recipe OpsBenchConfig::MakeRecipe() const {
@@ -115,7 +115,8 @@ SharedState MakeShared(const OpsBenchCase& c, int threads) {
     Tensor w = RandomTensor(ws, seed++, threads);
     const float scale = 1.0f / std::sqrt(static_cast<float>(l.in));
     for (int64_t i = 0; i < w.NumElements(); ++i) w.data<float>()[i] *= scale;
-    s.weights.push_back(std::make_shared<Parameter>(std::move(w), StrCat("layer", s.weights.size())));
+    s.weights.push_back(
+        std::make_shared<Parameter>(std::move(w), StrCat("layer", s.weights.size())));
     s.weights.back()->ZeroMainGrad();
     s.inputs.push_back(Bf16Random({c.tokens, l.in}, seed++, 1.0f, threads));
     s.output_grads.push_back(Bf16Random({c.tokens, l.out}, seed++, 1e-3f, threads));
@@ -223,8 +224,8 @@ std::vector<OpsBenchResult> MeasureOpsBench(const OpsBenchCase& c,
     results[i].c = c;
     results[i].config = configs[i];
     results[i].threads = threads;
-    results[i].gemm = configs[i].precision == Precision::kMxfp8 ? CurrentGemmPath()
-                                                                : HpGemmRoute(DType::kBF16);
+    results[i].gemm =
+        configs[i].precision == Precision::kMxfp8 ? CurrentGemmPath() : HpGemmRoute(DType::kBF16);
     results[i].closed_form_saved_bytes = ClosedFormSaved(c, configs[i]);
     for (const LayerShape& l : Shapes(c)) results[i].layers.push_back({l.name, {}});
     std::vector<SavedMemory> ignored;
@@ -267,13 +268,16 @@ std::string ToJson(const OpsBenchResult& r, const OpsBenchResult* bf16,
   os << ", \"tokens\": " << r.c.tokens << ", \"hidden\": " << r.c.hidden << ", \"ffn\": " << r.c.ffn
      << ", \"experts\": " << (r.c.moe ? r.c.group_counts.size() : 0)
      << ", \"micro_batches\": " << r.c.micro_batches << ", \"threads\": " << r.threads
-     << ", \"gemm\": \"" << r.gemm << "\", \"baseline\": "
-     << (bf16 ? "\"" + bf16->gemm + "\"" : std::string("null"))
+     << ", \"gemm\": \"" << r.gemm
+     << "\", \"baseline\": " << (bf16 ? "\"" + bf16->gemm + "\"" : std::string("null"))
      << ", \"step_ms\": " << JsonNumber(r.step_ms) << ", \"peak_bytes\": " << r.peak_bytes
-     << ", \"saved_bytes\": " << r.peak_held_for_backward << ", \"saved_allocated_bytes\": " << saved
-     << ", \"closed_form_saved_bytes\": " << r.closed_form_saved_bytes << ", \"peak_by_category\": {";
+     << ", \"saved_bytes\": " << r.peak_held_for_backward
+     << ", \"saved_allocated_bytes\": " << saved
+     << ", \"closed_form_saved_bytes\": " << r.closed_form_saved_bytes
+     << ", \"peak_by_category\": {";
   for (int k = 0; k < kNumMemoryCategories; ++k) {
-    os << (k ? ", " : "") << "\"" << Name(static_cast<MemoryCategory>(k)) << "\": " << r.peak_by_category[k];
+    os << (k ? ", " : "") << "\"" << Name(static_cast<MemoryCategory>(k))
+       << "\": " << r.peak_by_category[k];
   }
   os << "}, \"layers\": [";
   for (size_t l = 0; l < r.layers.size(); ++l) {

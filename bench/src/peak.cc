@@ -29,7 +29,7 @@ __attribute__((target("avx512f,avx512bw,avx512bf16"))) double Dpbf16Loop(int64_t
                                                                          float* sink) {
   constexpr int kChains = 12;
   // Read through volatiles, so that the compiler cannot fold the constant products.
-  volatile int16_t a_bits = 0x3B80, b_bits = 0x3B00;   // 2^-8, 2^-9
+  volatile int16_t a_bits = 0x3B80, b_bits = 0x3B00;  // 2^-8, 2^-9
   const __m512bh a = (__m512bh)_mm512_set1_epi16(a_bits);
   const __m512bh b = (__m512bh)_mm512_set1_epi16(b_bits);
   __m512 acc[kChains];
@@ -85,8 +85,7 @@ double OnEveryThread(int threads, int64_t iterations, double (*loop)(int64_t, fl
 double RunPeakLoop(const std::string& kind, int threads, int64_t iterations) {
   if (kind == "amx-bf16") return RunAmxPeakLoop(threads, iterations);
   if (kind == "avx512-bf16") {
-    return internal::Avx512Bf16Available() ? OnEveryThread(threads, iterations, &Dpbf16Loop)
-                                           : 0.0;
+    return internal::Avx512Bf16Available() ? OnEveryThread(threads, iterations, &Dpbf16Loop) : 0.0;
   }
   return OnEveryThread(threads, iterations, &internal::FmaPeakThread);
 }

@@ -1,5 +1,3 @@
-#include "mxtrain/bench/bench.h"
-
 #include <emmintrin.h>
 #include <omp.h>
 
@@ -10,6 +8,7 @@
 #include <sstream>
 
 #include "bench_util.h"
+#include "mxtrain/bench/bench.h"
 #include "mxtrain/error.h"
 #include "mxtrain/simd.h"
 
@@ -19,10 +18,14 @@ using internal::Median;
 
 std::string_view Name(QuantizeKind kind) {
   switch (kind) {
-    case QuantizeKind::kRowwise: return "rowwise";
-    case QuantizeKind::kColwise: return "colwise";
-    case QuantizeKind::kDual: return "dual";
-    case QuantizeKind::kGrouped: return "grouped";
+    case QuantizeKind::kRowwise:
+      return "rowwise";
+    case QuantizeKind::kColwise:
+      return "colwise";
+    case QuantizeKind::kDual:
+      return "dual";
+    case QuantizeKind::kGrouped:
+      return "grouped";
   }
   return "?";
 }
@@ -65,14 +68,17 @@ int64_t OutputBytes(const QuantizeBenchCase& c, const GroupList& groups) {
   const int64_t row_scales = c.m * CeilDiv(c.k, 32);
   const int64_t col_scales = CeilDiv(c.m, 32) * c.k;
   switch (c.kind) {
-    case QuantizeKind::kRowwise: return data + row_scales;
-    case QuantizeKind::kColwise: return data + col_scales;
-    case QuantizeKind::kDual: return 2 * data + row_scales + col_scales;
-    case QuantizeKind::kGrouped: return data + groups.ScaleRows() * c.k;
+    case QuantizeKind::kRowwise:
+      return data + row_scales;
+    case QuantizeKind::kColwise:
+      return data + col_scales;
+    case QuantizeKind::kDual:
+      return 2 * data + row_scales + col_scales;
+    case QuantizeKind::kGrouped:
+      return data + groups.ScaleRows() * c.k;
   }
   return 0;
 }
-
 
 // memcpy with 16-byte non-temporal stores (the ends that are not 16-byte aligned by
 // memcpy); the caller fences.
@@ -115,10 +121,18 @@ void QuantizeBench::RunKernel(bool other_stores) {
   o.code_stores = case_.code_stores;
   if (other_stores) o.code_stores = streams_ ? CodeStores::kCached : CodeStores::kStreaming;
   switch (case_.kind) {
-    case QuantizeKind::kRowwise: QuantizeRowwise(input_, o); break;
-    case QuantizeKind::kColwise: QuantizeColumnwise(input_, o); break;
-    case QuantizeKind::kDual: QuantizeDual(input_, o); break;
-    case QuantizeKind::kGrouped: QuantizeGrouped(input_, groups_, o); break;
+    case QuantizeKind::kRowwise:
+      QuantizeRowwise(input_, o);
+      break;
+    case QuantizeKind::kColwise:
+      QuantizeColumnwise(input_, o);
+      break;
+    case QuantizeKind::kDual:
+      QuantizeDual(input_, o);
+      break;
+    case QuantizeKind::kGrouped:
+      QuantizeGrouped(input_, groups_, o);
+      break;
   }
 }
 
@@ -198,10 +212,11 @@ std::string ToJson(const QuantizeBenchResult& r) {
   os.precision(4);
   os << "{\"case\": \"" << Name(r.c.kind) << "\", \"dtype\": \"" << Name(r.c.dtype)
      << "\", \"shape\": [" << r.c.m << ", " << r.c.k << "], \"threads\": " << r.c.threads
-     << ", \"ms\": " << r.ms << ", \"gbps\": " << r.gbps << ", \"baseline_gbps\": "
-     << r.baseline_gbps << ", \"ratio\": " << r.ratio << ", \"baseline_ms\": " << r.baseline_ms
-     << ", \"target\": \"" << r.target << "\", \"code_stores\": \""
-     << Name(r.streams ? CodeStores::kStreaming : CodeStores::kCached) << "\"";
+     << ", \"ms\": " << r.ms << ", \"gbps\": " << r.gbps
+     << ", \"baseline_gbps\": " << r.baseline_gbps << ", \"ratio\": " << r.ratio
+     << ", \"baseline_ms\": " << r.baseline_ms << ", \"target\": \"" << r.target
+     << "\", \"code_stores\": \"" << Name(r.streams ? CodeStores::kStreaming : CodeStores::kCached)
+     << "\"";
   if (r.other_stores_ms) os << ", \"other_stores_ms\": " << *r.other_stores_ms;
   os << "}";
   return os.str();

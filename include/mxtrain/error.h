@@ -34,9 +34,9 @@ template <typename... Args>
 }  // namespace mxtrain
 
 // MXTRAIN_CHECK(cond, parts...): throws mxtrain::Error built from parts when cond is false.
-#define MXTRAIN_CHECK(cond, ...)                   \
-  do {                                             \
-    if (!(cond)) ::mxtrain::Fail(__VA_ARGS__);     \
+#define MXTRAIN_CHECK(cond, ...)               \
+  do {                                         \
+    if (!(cond)) ::mxtrain::Fail(__VA_ARGS__); \
   } while (0)
 
 #ifdef NDEBUG
@@ -46,12 +46,11 @@ template <typename... Args>
 #else
 #include <cstdio>
 #include <cstdlib>
-#define MXTRAIN_DCHECK(cond)                                                     \
-  do {                                                                           \
-    if (!(cond)) {                                                               \
-      std::fprintf(stderr, "%s:%d: debug check failed: %s\n", __FILE__, __LINE__, \
-                   #cond);                                                       \
-      std::abort();                                                              \
-    }                                                                            \
+#define MXTRAIN_DCHECK(cond)                                                              \
+  do {                                                                                    \
+    if (!(cond)) {                                                                        \
+      std::fprintf(stderr, "%s:%d: debug check failed: %s\n", __FILE__, __LINE__, #cond); \
+      std::abort();                                                                       \
+    }                                                                                     \
   } while (0)
 #endif

@@ -33,7 +33,8 @@ class GroupedLinear : public LinearParams {
 
   // y [M, N] for x [M, K] (f32 or bf16) whose rows split into E groups by `groups`.
   Forwarded Forward(const Tensor& x, const GroupList& groups, const CallOptions& call) const;
-  Forwarded Forward(const Tensor& x, const GroupList& groups, bool input_requires_grad = true) const;
+  Forwarded Forward(const Tensor& x, const GroupList& groups,
+                    bool input_requires_grad = true) const;
   Grads Backward(const Tensor& dy, OpContext ctx) const;
 
   int64_t num_experts() const { return weight().shape()[0]; }

@@ -46,8 +46,8 @@ Tensor HpGemm(const Tensor& a, Contract a_contract, const Tensor& b, Contract b_
 // bit-identical to HpGemm on that group:
 // Y rows of group e = x rows of e [m_e, S] . W[e] with w [E, R, C] contracting along C
 // (kLast: W[e] is [J, S]) or R (kFirst: [S, J]); bias, if given, [E, J].
-Tensor HpGroupedGemm(const Tensor& x, const Tensor& w, Contract w_contract,
-                     const GroupList& groups, DType compute, const GemmOptions& options = {});
+Tensor HpGroupedGemm(const Tensor& x, const Tensor& w, Contract w_contract, const GroupList& groups,
+                     DType compute, const GemmOptions& options = {});
 // dW[e] = dy_e^T . x_e over each group's rows: [E, N, K] f32 (or into options.accumulate);
 // an empty group gives zeros, or leaves the accumulator untouched.
 Tensor HpGroupedWgrad(const Tensor& dy, const Tensor& x, const GroupList& groups, DType compute,

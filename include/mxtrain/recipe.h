@@ -59,7 +59,9 @@ class Recipe {
   Precision precision() const { return precision_; }
   bool mxfp8() const { return precision_ == Precision::kMxfp8; }
   // The high-precision GEMMs' compute type with MXFP8 off (kBF16 or kF32).
-  DType compute_dtype() const { return precision_ == Precision::kFp32 ? DType::kF32 : DType::kBF16; }
+  DType compute_dtype() const {
+    return precision_ == Precision::kFp32 ? DType::kF32 : DType::kBF16;
+  }
   RecipeFormats formats() const { return formats_; }
   ElementFormat input_format() const { return ElementFormat::kE4M3; }
   ElementFormat weight_format() const { return ElementFormat::kE4M3; }

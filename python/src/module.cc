@@ -51,9 +51,12 @@ BlockAxis ParseAxis(const std::string& name) {
 // The buffer-protocol format of each dtype: bf16 travels as its uint16 bit patterns.
 const char* BufferFormat(DType dtype) {
   switch (dtype) {
-    case DType::kF32: return "f";
-    case DType::kBF16: return "H";
-    case DType::kU8: return "B";
+    case DType::kF32:
+      return "f";
+    case DType::kBF16:
+      return "H";
+    case DType::kU8:
+      return "B";
   }
   return "B";
 }
@@ -85,8 +88,7 @@ Tensor FromBuffer(const py::buffer& b) {
   }
   int64_t expected = info.itemsize;
   for (int i = static_cast<int>(info.ndim) - 1; i >= 0; --i) {
-    MXTRAIN_CHECK(info.shape[i] <= 1 || info.strides[i] == expected,
-                  "buffer is not C-contiguous");
+    MXTRAIN_CHECK(info.shape[i] <= 1 || info.strides[i] == expected, "buffer is not C-contiguous");
     expected *= info.shape[i];
   }
   std::vector<int64_t> dims(info.shape.begin(), info.shape.end());
@@ -128,8 +130,7 @@ QuantizeOptions QOptions(const std::string& format, const std::string& scale, in
   return q;
 }
 
-GemmOptions GOptions(const std::optional<Tensor>& bias, const std::string& out_dtype,
-                     int threads) {
+GemmOptions GOptions(const std::optional<Tensor>& bias, const std::string& out_dtype, int threads) {
   MXTRAIN_CHECK(out_dtype == "f32" || out_dtype == "bf16", "out_dtype '", out_dtype,
                 "' is not f32 or bf16");
   GemmOptions o;
@@ -219,8 +220,7 @@ PYBIND11_MODULE(_C, m) {
           "A tensor over C-contiguous memory at ptr, kept alive by owner (not copied).")
       .def_static("from_buffer", &FromBuffer, py::arg("buffer"),
                   "A tensor over a C-contiguous float32 / uint16 (bf16) / uint8 buffer.")
-      .def_property_readonly("dtype",
-                             [](const Tensor& t) { return std::string(Name(t.dtype())); })
+      .def_property_readonly("dtype", [](const Tensor& t) { return std::string(Name(t.dtype())); })
       .def_property_readonly("shape", [](const Tensor& t) { return t.shape().dims(); })
       .def_property_readonly("nbytes", &Tensor::NumBytes)
       .def_property_readonly("data_ptr",
@@ -256,8 +256,8 @@ PYBIND11_MODULE(_C, m) {
              return MxTensor(std::move(data), std::move(scales), ParseElementFormat(format),
                              ParseScaleRule(rule), ParseAxis(axis), std::move(groups));
            }),
-           py::arg("data"), py::arg("scales"), py::arg("format"), py::arg("rule"),
-           py::arg("axis"), py::arg("groups") = std::nullopt)
+           py::arg("data"), py::arg("scales"), py::arg("format"), py::arg("rule"), py::arg("axis"),
+           py::arg("groups") = std::nullopt)
       .def_property_readonly("data", &MxTensor::data)
       .def_property_readonly("scales", &MxTensor::scales)
       .def_property_readonly("format",
@@ -287,33 +287,29 @@ PYBIND11_MODULE(_C, m) {
   m.def(
       "quantize_grouped",
       [](const Tensor& x, const GroupList& groups, const std::string& format,
-         const std::string& scale, int threads) {
-        return QuantizeGrouped(x, groups, QOptions(format, scale, threads));
-      },
-      py::arg("x"), py::arg("groups"), py::arg("format"), py::arg("scale"),
-      py::arg("threads") = 0, gil);
+         const std::string& scale,
+         int threads) { return QuantizeGrouped(x, groups, QOptions(format, scale, threads)); },
+      py::arg("x"), py::arg("groups"), py::arg("format"), py::arg("scale"), py::arg("threads") = 0,
+      gil);
   m.def(
       "dequantize",
       [](const MxTensor& q, const std::string& dtype, int threads) {
-        MXTRAIN_CHECK(dtype == "f32" || dtype == "bf16", "dtype '", dtype,
-                      "' is not f32 or bf16");
+        MXTRAIN_CHECK(dtype == "f32" || dtype == "bf16", "dtype '", dtype, "' is not f32 or bf16");
         return Dequantize(q, ParseDType(dtype), threads);
       },
       py::arg("q"), py::arg("dtype") = "f32", py::arg("threads") = 0, gil);
   m.def(
       "gemm",
       [](const MxTensor& a, const MxTensor& b, std::optional<Tensor> bias,
-         const std::string& out_dtype, int threads) {
-        return MxGemm(a, b, GOptions(bias, out_dtype, threads));
-      },
+         const std::string& out_dtype,
+         int threads) { return MxGemm(a, b, GOptions(bias, out_dtype, threads)); },
       py::arg("a"), py::arg("b"), py::arg("bias") = std::nullopt, py::arg("out_dtype") = "f32",
       py::arg("threads") = 0, gil);
   m.def(
       "grouped_gemm",
       [](const MxTensor& x, const MxTensor& w, const GroupList& groups, std::optional<Tensor> bias,
-         const std::string& out_dtype, int threads) {
-        return MxGroupedGemm(x, w, groups, GOptions(bias, out_dtype, threads));
-      },
+         const std::string& out_dtype,
+         int threads) { return MxGroupedGemm(x, w, groups, GOptions(bias, out_dtype, threads)); },
       py::arg("x"), py::arg("w"), py::arg("groups"), py::arg("bias") = std::nullopt,
       py::arg("out_dtype") = "f32", py::arg("threads") = 0, gil);
   m.def("gemm_paths", &AvailableGemmPaths);

@@ -13,10 +13,14 @@ std::string_view Name(ElementFormat format) {
 
 std::string_view Name(ScaleRule rule) {
   switch (rule) {
-    case ScaleRule::kRceil: return "rceil";
-    case ScaleRule::kFloor: return "floor";
-    case ScaleRule::kCeil: return "ceil";
-    case ScaleRule::kEven: return "even";
+    case ScaleRule::kRceil:
+      return "rceil";
+    case ScaleRule::kFloor:
+      return "floor";
+    case ScaleRule::kCeil:
+      return "ceil";
+    case ScaleRule::kEven:
+      return "even";
   }
   return "?";
 }

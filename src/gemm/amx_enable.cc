@@ -1,8 +1,7 @@
 #include <cpuid.h>
+#include <hwy/detect_targets.h>
 #include <sys/syscall.h>
 #include <unistd.h>
-
-#include <hwy/detect_targets.h>
 
 #include "gemm/amx.h"
 #include "simd_internal.h"
@@ -33,9 +32,9 @@ bool AmxAvailable() {
 
 bool Avx512Bf16Available() {
   // __builtin_cpu_supports also checks that the OS saves the zmm state (XCR0).
-  static const bool available =
-      SimdCapAllows(HWY_AVX3) && __builtin_cpu_supports("avx512f") &&
-      __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512bf16");
+  static const bool available = SimdCapAllows(HWY_AVX3) && __builtin_cpu_supports("avx512f") &&
+                                __builtin_cpu_supports("avx512bw") &&
+                                __builtin_cpu_supports("avx512bf16");
   return available;
 }
 

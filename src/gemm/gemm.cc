@@ -75,8 +75,8 @@ void CheckGemmOutputOptions(int64_t rows, int64_t cols, const GemmOptions& o, co
   const Shape c_shape{rows, cols};
   if (o.bias != nullptr) {
     MXTRAIN_CHECK(
-        o.bias->defined() && o.bias->dtype() == DType::kF32 && o.bias->shape() == Shape{cols},
-        op, ": bias must be f32 of shape [", cols, "]");
+        o.bias->defined() && o.bias->dtype() == DType::kF32 && o.bias->shape() == Shape{cols}, op,
+        ": bias must be f32 of shape [", cols, "]");
   }
   if (o.accumulate != nullptr) {
     MXTRAIN_CHECK(o.accumulate->defined() && o.accumulate->dtype() == DType::kF32 &&
@@ -91,8 +91,7 @@ void CheckGemmOutputOptions(int64_t rows, int64_t cols, const GemmOptions& o, co
   }
 }
 
-Tensor GemmResultBuffer(int64_t rows, int64_t cols, bool empty_contraction,
-                        const GemmOptions& o) {
+Tensor GemmResultBuffer(int64_t rows, int64_t cols, bool empty_contraction, const GemmOptions& o) {
   if (o.accumulate != nullptr) return *o.accumulate;
   Tensor buffer = o.out != nullptr && o.out_dtype == DType::kF32
                       ? *o.out
@@ -119,8 +118,7 @@ Tensor FinishGemm(Tensor c32, const GemmOptions& o, int threads) {
   return out;
 }
 
-std::vector<TileSafety::Range> TileSafety::TileRanges(const RowScaleStats& stats,
-                                                      int64_t rows) {
+std::vector<TileSafety::Range> TileSafety::TileRanges(const RowScaleStats& stats, int64_t rows) {
   std::vector<Range> tiles(static_cast<size_t>(CeilDiv(rows, kGemmTile)));
   for (int64_t i = 0; i < rows; ++i) {
     Range& t = tiles[i / kGemmTile];

@@ -60,8 +60,7 @@ MXTRAIN_AMX void ConfigureTiles() {
 struct Bf16Table {
   alignas(64) std::array<uint16_t, 256> bits;  // the magnitudes 0..127 first: DecodeBf16x32
   uint16_t finite_max;
-  explicit Bf16Table(ElementFormat f)
-      : finite_max(f == ElementFormat::kE4M3 ? 0x7E : 0x7B) {
+  explicit Bf16Table(ElementFormat f) : finite_max(f == ElementFormat::kE4M3 ? 0x7E : 0x7B) {
     for (int c = 0; c < 256; ++c) bits[c] = F32ToBf16(DecodeElement(f, static_cast<uint8_t>(c)));
   }
 };
@@ -81,8 +80,7 @@ inline uint16_t DecodeBf16(const Bf16Table& t, ElementFormat f, uint8_t code, ui
 // register word permutes and a select on bit 6: zero, subnormals, Inf and NaN included), the
 // offset added to finite nonzero ones, the sign put back.
 MXTRAIN_AVX512 inline __m512i DecodeBf16x32(__m512i t0, __m512i t1, __m512i t2, __m512i t3,
-                                            __m512i finite_max, __m256i codes,
-                                            __m512i offsets) {
+                                            __m512i finite_max, __m256i codes, __m512i offsets) {
   const __m512i w = _mm512_cvtepu8_epi16(codes);
   const __m512i mag = _mm512_and_si512(w, _mm512_set1_epi16(0x7F));
   const __m512i lo = _mm512_permutex2var_epi16(t0, mag, t1);
@@ -601,8 +599,7 @@ void RunBf16Gemm(const GemmProblem& p, std::vector<uint8_t>& skipped) {
         const uint16_t* b_panel = b + 2 * (pj - pj_base) * kbs * kTileElems;
         const int64_t i0 = pi * kBlockDim, j0 = pj * kBlockDim;
         if (i0 + kBlockDim <= rows && j0 + kBlockDim <= cols) {
-          Kernel::Block(a_panel, b_panel, kbs, kb0, kb1, p.c + i0 * cols + j0, cols, load_c,
-                        next);
+          Kernel::Block(a_panel, b_panel, kbs, kb0, kb1, p.c + i0 * cols + j0, cols, load_c, next);
           return;
         }
         // An edge block: through a zero-padded copy of the part of C that exists.

@@ -21,8 +21,7 @@ namespace mxtrain::internal {
 void CheckGemmOutputOptions(int64_t rows, int64_t cols, const GemmOptions& o, const char* op);
 // the fp32 result buffer: the accumulator itself, the given f32 output, or a new tensor
 // (zeroed only when no kernel will write it: an empty contraction);
-Tensor GemmResultBuffer(int64_t rows, int64_t cols, bool empty_contraction,
-                        const GemmOptions& o);
+Tensor GemmResultBuffer(int64_t rows, int64_t cols, bool empty_contraction, const GemmOptions& o);
 // adds the bias and rounds to the output dtype once (into o.out when given).
 Tensor FinishGemm(Tensor c32, const GemmOptions& o, int threads);
 

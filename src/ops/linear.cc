@@ -55,9 +55,10 @@ CallOptions WithInputGrad(bool input_requires_grad) {
 LinearParams::LinearParams(std::shared_ptr<Parameter> weight, std::shared_ptr<Parameter> bias,
                            Recipe recipe, OpOptions options, int weight_rank, const char* op)
     : weight_(std::move(weight)), bias_(std::move(bias)), recipe_(recipe), options_(options) {
-  MXTRAIN_CHECK(weight_ != nullptr && weight_->shape().rank() == weight_rank, op,
-                ": weight must have rank ", weight_rank,
-                weight_ ? StrCat(", got ", weight_->shape().ToString()) : std::string(", got none"));
+  MXTRAIN_CHECK(
+      weight_ != nullptr && weight_->shape().rank() == weight_rank, op, ": weight must have rank ",
+      weight_rank,
+      weight_ ? StrCat(", got ", weight_->shape().ToString()) : std::string(", got none"));
   if (bias_ == nullptr) return;
   const std::vector<int64_t>& dims = weight_->shape().dims();
   const Shape want(std::vector<int64_t>(dims.begin(), dims.end() - 1));

@@ -86,14 +86,13 @@ void CheckForwardInput(const LayerView& l, const Tensor& x, const GroupList* gro
   const int64_t k = w[-1];
   MXTRAIN_CHECK(IsHighPrecision(x), l.op, ": input must be an f32 or bf16 tensor");
   MXTRAIN_CHECK(x.rank() >= 2, l.op, ": input must have rank >= 2, got ", x.shape().ToString());
-  MXTRAIN_CHECK(x.shape()[-1] == k, l.op, ": input ", x.shape().ToString(), " has ",
-                x.shape()[-1], " features but weight '", l.weight->name(), "' ", w.ToString(),
-                " takes ", k);
+  MXTRAIN_CHECK(x.shape()[-1] == k, l.op, ": input ", x.shape().ToString(), " has ", x.shape()[-1],
+                " features but weight '", l.weight->name(), "' ", w.ToString(), " takes ", k);
   if (groups != nullptr) {
     MXTRAIN_CHECK(x.rank() == 2, l.op, ": input must be 2-D [tokens, features], got ",
                   x.shape().ToString());
-    MXTRAIN_CHECK(groups->num_groups() == w[0], l.op, ": ", groups->num_groups(),
-                  " groups for ", w[0], " experts");
+    MXTRAIN_CHECK(groups->num_groups() == w[0], l.op, ": ", groups->num_groups(), " groups for ",
+                  w[0], " experts");
     MXTRAIN_CHECK(groups->total_rows() == x.shape()[0], l.op, ": group list covers ",
                   groups->total_rows(), " tokens but the input has ", x.shape()[0]);
   }
@@ -319,8 +318,10 @@ Grads LinearBackward(const LayerView& layer, const Tensor& dy, OpContext ctx) {
 #endif
   Shape want = st->x_shape;
   want[-1] = l.weight->shape()[-2];
-  MXTRAIN_CHECK(IsHighPrecision(dy) && dy.shape() == want, l.op, ": output gradient must be f32 "
-                "or bf16 of shape ", want.ToString(), ", got ",
+  MXTRAIN_CHECK(IsHighPrecision(dy) && dy.shape() == want, l.op,
+                ": output gradient must be f32 "
+                "or bf16 of shape ",
+                want.ToString(), ", got ",
                 dy.defined() ? dy.shape().ToString() : std::string("nothing"));
   const Tensor dy2 = Flatten(dy);
   const GroupList* groups = st->groups ? &*st->groups : nullptr;

@@ -6,15 +6,20 @@ namespace mxtrain {
 
 std::string_view Name(Precision p) {
   switch (p) {
-    case Precision::kFp32: return "fp32";
-    case Precision::kBf16: return "bf16";
-    case Precision::kMxfp8: return "mxfp8";
+    case Precision::kFp32:
+      return "fp32";
+    case Precision::kBf16:
+      return "bf16";
+    case Precision::kMxfp8:
+      return "mxfp8";
   }
   return "?";
 }
 
 std::string_view Name(RecipeFormats f) { return f == RecipeFormats::kE4M3 ? "e4m3" : "hybrid"; }
-std::string_view Name(SavePolicy p) { return p == SavePolicy::kQuantized ? "quantized" : "deferred"; }
+std::string_view Name(SavePolicy p) {
+  return p == SavePolicy::kQuantized ? "quantized" : "deferred";
+}
 
 Precision ParsePrecision(std::string_view name) {
   for (Precision p : {Precision::kFp32, Precision::kBf16, Precision::kMxfp8}) {
@@ -42,10 +47,10 @@ Recipe Recipe::Make(const RecipeOptions& o) {
   r.precision_ = o.precision;
   if (!r.mxfp8()) {
     // The seed's validate_args: these only mean something for MXFP8 training.
-    const char* given = o.formats               ? "the element-format recipe"
-                        : o.scale               ? "a scale rule"
-                        : o.input_policy        ? "an input save policy"
-                        : o.weight_policy       ? "a weight save policy"
+    const char* given = o.formats                   ? "the element-format recipe"
+                        : o.scale                   ? "a scale rule"
+                        : o.input_policy            ? "an input save policy"
+                        : o.weight_policy           ? "a weight save policy"
                         : o.reuse_quantized_weights ? "reusing quantized weights"
                                                     : nullptr;
     MXTRAIN_CHECK(given == nullptr, given, " is only valid when MXFP8 is enabled (precision is ",

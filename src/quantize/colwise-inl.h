@@ -149,7 +149,8 @@ HWY_INLINE void AccumulateColumnAmax(const QuantSource& src, int64_t row, int64_
     hn::StoreU(hn::Max(hn::LoadU(DI(), a), AbsBits(LoadF<kBf16>(src.x, base + c))), DI(), a);
   }
   for (; c < col1; ++c) {
-    const int32_t v = static_cast<int32_t>(F32Bits(LoadScalar<kBf16>(src.x, base + c)) & kF32AbsMask);
+    const int32_t v =
+        static_cast<int32_t>(F32Bits(LoadScalar<kBf16>(src.x, base + c)) & kF32AbsMask);
     amax[c - col0] = std::max(amax[c - col0], v);
   }
 }
@@ -198,8 +199,8 @@ struct StripWorkspace {
 
 // Columnwise pass 1 for one row, in the strip's amax type.
 template <bool kBf16>
-HWY_INLINE void AccumulateStripAmax(const QuantSource& src, int64_t row, int64_t col0,
-                                    int64_t col1, ColumnAmax<kBf16>* amax) {
+HWY_INLINE void AccumulateStripAmax(const QuantSource& src, int64_t row, int64_t col0, int64_t col1,
+                                    ColumnAmax<kBf16>* amax) {
   if constexpr (std::is_same_v<ColumnAmax<kBf16>, uint16_t>) {
 #if HWY_TARGET != HWY_SCALAR
     AccumulateColumnAmax16(src, row, col0, col1, amax);
@@ -296,8 +297,8 @@ void ColwiseT(const QuantSource& src, const ColStrip& strip, ColwiseOut out, voi
       for (int64_t r = strip.row0; r < strip.row0 + strip.num_rows; ++r) {
         const int64_t at = r * src.cols + c;
         // Half the next strip's lines (NextStripPrefetch): a line each 2 lines read.
-        ahead.Issue<kChunk * static_cast<int64_t>(hn::MaxLanes(da) * sizeof(hn::TFromD<DA>)) /
-                    64 / 2>();
+        ahead.Issue<kChunk* static_cast<int64_t>(hn::MaxLanes(da) * sizeof(hn::TFromD<DA>)) / 64 /
+                    2>();
         for (int64_t i = 0; i < kChunk; ++i) {
           if constexpr (kBf16) {
             acc[i] = hn::Max(acc[i], Abs16(Load16<true>(src.x, at + i * n)));
@@ -306,7 +307,8 @@ void ColwiseT(const QuantSource& src, const ColStrip& strip, ColwiseOut out, voi
           }
         }
       }
-      for (int64_t i = 0; i < kChunk; ++i) hn::StoreU(acc[i], da, ws.amax + (c - strip.col0) + i * n);
+      for (int64_t i = 0; i < kChunk; ++i)
+        hn::StoreU(acc[i], da, ws.amax + (c - strip.col0) + i * n);
     }
   }
 #endif

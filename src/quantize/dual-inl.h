@@ -9,6 +9,7 @@
 #endif
 
 #include <hwy/highway.h>
+
 #include <type_traits>
 
 #include "quantize/colwise-inl.h"
@@ -91,8 +92,9 @@ void DualT(const QuantSource& src, const ColStrip& strip, RowwiseOut row_out, Co
         PrefetchAhead<kBf16>(src.x, base + at);
         block_amax[j] = DualBlockAmax<kBf16>(src, base + at, ws.amax + (at - strip.col0));
       }
-      const VI b = ScalesV(src.scale_table,
-                           DualAmaxBits<kBf16>(TransposeMax<kLanes, kDualRaw16<kBf16>>(block_amax)));
+      const VI b =
+          ScalesV(src.scale_table,
+                  DualAmaxBits<kBf16>(TransposeMax<kLanes, kDualRaw16<kBf16>>(block_amax)));
       uint8_t* scales = row_scales + c / kBlock;
 #if HWY_TARGET != HWY_SCALAR
       EncodeBatch16<kBf16, kFormat, kSaturate>(src, base + c, b, row_out.data + base + c, scales);

@@ -11,6 +11,7 @@
 #endif
 
 #include <hwy/highway.h>
+
 #include <algorithm>
 #include <cstring>
 #include <limits>
@@ -61,7 +62,7 @@ HWY_INLINE VI EncodeV(VF v) {
   const DF df;
   constexpr bool kE4M3 = kFormat == ElementFormat::kE4M3;
   constexpr int kMan = kE4M3 ? 3 : 2;
-  constexpr int32_t kMaxBits = kE4M3 ? 0x43E00000 : 0x47600000;     // 448 | 57344
+  constexpr int32_t kMaxBits = kE4M3 ? 0x43E00000 : 0x47600000;        // 448 | 57344
   constexpr int32_t kMinNormalBits = kE4M3 ? 0x3C800000 : 0x38800000;  // 2^-6 | 2^-14
   // fp32 exponent 127 + e maps to the element's biased exponent e + bias: subtracting
   // (127 - bias) << kMan from the shifted bits is folded into the rounding constant.
@@ -75,8 +76,7 @@ HWY_INLINE VI EncodeV(VF v) {
   const VI abs = hn::And(bits, hn::Set(di, 0x7FFFFFFF));
   const VI clamped = hn::Min(abs, hn::Set(di, kMaxBits));  // saturate (Inf too)
   const VI lsb = hn::And(hn::ShiftRight<23 - kMan>(clamped), hn::Set(di, 1));
-  const VI normal =
-      hn::ShiftRight<23 - kMan>(hn::Add(hn::Add(clamped, hn::Set(di, kRound)), lsb));
+  const VI normal = hn::ShiftRight<23 - kMan>(hn::Add(hn::Add(clamped, hn::Set(di, kRound)), lsb));
   const VI subnormal =
       hn::Sub(hn::BitCast(di, hn::Add(hn::BitCast(df, clamped), hn::Set(df, kSubnormalMagic))),
               hn::Set(di, kSubnormalMagicBits));
@@ -84,9 +84,9 @@ HWY_INLINE VI EncodeV(VF v) {
   code = hn::OrAnd(code, hn::ShiftRight<24>(bits), hn::Set(di, 0x80));  // sign
   if constexpr (!kFinite) {
     if constexpr (!kE4M3) {  // E5M2 keeps Inf
-      code = hn::IfThenElse(hn::Eq(abs, hn::Set(di, 0x7F800000)),
-                            hn::OrAnd(hn::Set(di, 0x7C), hn::ShiftRight<24>(bits), hn::Set(di, 0x80)),
-                            code);
+      code = hn::IfThenElse(
+          hn::Eq(abs, hn::Set(di, 0x7F800000)),
+          hn::OrAnd(hn::Set(di, 0x7C), hn::ShiftRight<24>(bits), hn::Set(di, 0x80)), code);
     }
     code = hn::IfThenElse(hn::Gt(abs, hn::Set(di, 0x7F800000)), hn::Set(di, 0x7F), code);
   }
@@ -178,7 +178,8 @@ HWY_INLINE void FullBlock(const QuantSource& src, int64_t index, uint8_t* out, u
     vecs[i] = LoadF<kBf16>(src.x, index + static_cast<int64_t>(i * n));
     amax = hn::Max(amax, AbsBits(vecs[i]));
   }
-  *scale = BlockScale(src.rule, kFormat, static_cast<uint32_t>(hn::GetLane(hn::MaxOfLanes(DI(), amax))));
+  *scale =
+      BlockScale(src.rule, kFormat, static_cast<uint32_t>(hn::GetLane(hn::MaxOfLanes(DI(), amax))));
   EncodeBlock<kFormat>(vecs, *scale, out);
 }
 
@@ -213,27 +214,29 @@ HWY_INLINE VI TransposeMax(const VI* in) {
     VI per_block[kLanes / 4];
     for (size_t g = 0; g < kLanes / 4; ++g) {
       const VI* v = in + 4 * g;
-      const VI ab = Max2<kU16>(hn::InterleaveLower(v[0], v[1]), hn::InterleaveUpper(di, v[0], v[1]));
-      const VI cd = Max2<kU16>(hn::InterleaveLower(v[2], v[3]), hn::InterleaveUpper(di, v[2], v[3]));
+      const VI ab =
+          Max2<kU16>(hn::InterleaveLower(v[0], v[1]), hn::InterleaveUpper(di, v[0], v[1]));
+      const VI cd =
+          Max2<kU16>(hn::InterleaveLower(v[2], v[3]), hn::InterleaveUpper(di, v[2], v[3]));
       const auto ab64 = hn::BitCast(d64, ab);
       const auto cd64 = hn::BitCast(d64, cd);
       per_block[g] = Max2<kU16>(hn::BitCast(di, hn::InterleaveLower(ab64, cd64)),
-                             hn::BitCast(di, hn::InterleaveUpper(d64, ab64, cd64)));
+                                hn::BitCast(di, hn::InterleaveUpper(d64, ab64, cd64)));
     }
     if constexpr (kLanes == 4) {
       return per_block[0];
     } else if constexpr (kLanes == 8) {
       return Max2<kU16>(hn::ConcatLowerLower(di, per_block[1], per_block[0]),
-                     hn::ConcatUpperUpper(di, per_block[1], per_block[0]));
+                        hn::ConcatUpperUpper(di, per_block[1], per_block[0]));
     } else {
       static_assert(kLanes == 16, "TransposeMax handles 1, 4, 8 or 16 lanes");
       // Fold the upper 256 bits onto the lower for pairs of groups, then adjacent blocks.
       const VI v01 = Max2<kU16>(hn::ConcatLowerLower(di, per_block[1], per_block[0]),
-                             hn::ConcatUpperUpper(di, per_block[1], per_block[0]));
+                                hn::ConcatUpperUpper(di, per_block[1], per_block[0]));
       const VI v23 = Max2<kU16>(hn::ConcatLowerLower(di, per_block[3], per_block[2]),
-                             hn::ConcatUpperUpper(di, per_block[3], per_block[2]));
-      alignas(64) static constexpr int32_t kSwapBlocks[16] = {4, 5, 6, 7, 0, 1, 2, 3,
-                                                               12, 13, 14, 15, 8, 9, 10, 11};
+                                hn::ConcatUpperUpper(di, per_block[3], per_block[2]));
+      alignas(64) static constexpr int32_t kSwapBlocks[16] = {4,  5,  6,  7,  0, 1, 2,  3,
+                                                              12, 13, 14, 15, 8, 9, 10, 11};
       const auto swap = hn::SetTableIndices(di, kSwapBlocks);
       const VI w01 = Max2<kU16>(v01, hn::TableLookupLanes(v01, swap));  // [g0 g0 g1 g1]
       const VI w23 = Max2<kU16>(v23, hn::TableLookupLanes(v23, swap));  // [g2 g2 g3 g3]

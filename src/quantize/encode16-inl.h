@@ -70,7 +70,8 @@ HWY_INLINE void OffsetsV(VI b, VI& sub, VI& slow_below) {
   const auto low = hn::Lt(b, hn::Set(di, E::kMinScale + 1));
   const VI rebase = hn::ShiftLeft<7>(hn::Sub(b, hn::Set(di, E::kMinScale)));
   sub = hn::IfThenZeroElse(low, hn::Sub(rebase, hn::Set(di, E::kRound)));
-  const VI thr = hn::ShiftLeft<7>(hn::Max(hn::Add(b, hn::Set(di, E::kMinNormalExp)), hn::Set(di, 1)));
+  const VI thr =
+      hn::ShiftLeft<7>(hn::Max(hn::Add(b, hn::Set(di, E::kMinNormalExp)), hn::Set(di, 1)));
   slow_below = hn::IfThenElse(low, hn::Set(di, 0xFFFE), hn::Sub(thr, hn::Set(di, 1)));
 }
 
@@ -103,8 +104,8 @@ HWY_INLINE bool AnySlow16(M16 fast) { return !hn::AllTrue(D16(), fast); }
 // SlowLanes16 (StillFast16): the caller encodes the vectors that had any again with the fp32
 // encoder. Zero lanes saturate to 0, which rounds to code 0 before the sign. kSaturate: clamp
 // at the largest element; rceil and ceil never exceed it (exhaustive_rceil_range), so
-// their kernels leave the min out (one vector op of about ten). The code is built in the high byte so that
-// the sign is one bitwise select from h and no shift back is needed (docs/decisions.md,
+// their kernels leave the min out (one vector op of about ten). The code is built in the high byte
+// so that the sign is one bitwise select from h and no shift back is needed (docs/decisions.md,
 // "16-bit quantization lanes").
 template <ElementFormat kFormat, bool kSaturate = true>
 HWY_INLINE V16 Encode16(V16 h, V16 sub, V16 slow_below, M16& fast) {
@@ -170,8 +171,7 @@ HWY_INLINE void StoreCodes16x2(V16 a, V16 b, uint8_t* out) {
 #else
   // vpackuswb interleaves the 128-bit blocks (a0 b0 a1 b1 ...; codes fit a byte unsigned);
   // vpermq puts a's four quarters first.
-  const __m512i packed =
-      _mm512_packus_epi16(hn::ShiftRight<8>(a).raw, hn::ShiftRight<8>(b).raw);
+  const __m512i packed = _mm512_packus_epi16(hn::ShiftRight<8>(a).raw, hn::ShiftRight<8>(b).raw);
   const __m512i codes = _mm512_permutexvar_epi64(_mm512_set_epi64(7, 5, 3, 1, 6, 4, 2, 0), packed);
 #endif
   if constexpr (kStream) {
@@ -263,9 +263,9 @@ HWY_INLINE void EncodeBlocks16(const void* base, int64_t index, const uint32_t* 
   V16 codes[kVecs];
   for (size_t i = 0; i < kVecs; ++i) {
     const size_t j = i / kBlockVecs16;
-    codes[i] = Encode16<kFormat, kSaturate>(Load16<kBf16>(base, index + static_cast<int64_t>(i * n)),
-                                            hn::BitCast(d, hn::Set(DU(), sub2[j])),
-                                            hn::BitCast(d, hn::Set(DU(), slow2[j])), fast);
+    codes[i] = Encode16<kFormat, kSaturate>(
+        Load16<kBf16>(base, index + static_cast<int64_t>(i * n)),
+        hn::BitCast(d, hn::Set(DU(), sub2[j])), hn::BitCast(d, hn::Set(DU(), slow2[j])), fast);
   }
   for (size_t i = 0; i + 1 < kVecs; i += 2) StoreCodes16x2(codes[i], codes[i + 1], out + i * n);
   if constexpr (kVecs % 2 == 1) StoreCodes16(codes[kVecs - 1], out + (kVecs - 1) * n);
@@ -313,8 +313,8 @@ HWY_INLINE void QuantizeBlock16(const void* base, int64_t index, uint8_t scale, 
   const uint32_t sub2 = E::Sub(scale) * 0x10001u, slow2 = E::SlowBelow(scale) * 0x10001u;
   EncodeBlocks16<kBf16, kFormat, 1>(base, index, &sub2, &slow2, out, fast);
   if (HWY_UNLIKELY(AnySlow16(fast))) {
-    RedoSlow16<kBf16, kFormat>(base, index, scale, SlowVectors16<kBf16, kFormat>(base, index, scale),
-                               out);
+    RedoSlow16<kBf16, kFormat>(base, index, scale,
+                               SlowVectors16<kBf16, kFormat>(base, index, scale), out);
   }
 }
 
@@ -370,8 +370,7 @@ HWY_INLINE void EncodeBatch16(const QuantSource& src, int64_t index, VI b, uint8
 
 // kLanes consecutive full blocks of 16-bit lanes: amax, scales, encode.
 template <bool kBf16, ElementFormat kFormat, bool kSaturate>
-HWY_INLINE void BlockBatch16(const QuantSource& src, int64_t index, uint8_t* out,
-                             uint8_t* scales) {
+HWY_INLINE void BlockBatch16(const QuantSource& src, int64_t index, uint8_t* out, uint8_t* scales) {
   constexpr size_t kLanes = hn::MaxLanes(DI());
   VI block_amax[kLanes];
   for (size_t j = 0; j < kLanes; ++j) {

@@ -106,7 +106,6 @@ class NextStripPrefetch {
   int64_t stride_ = 0, width_ = 0, rows_ = 0, lines_ = 0, left_ = 0;
 };
 
-
 }  // namespace HWY_NAMESPACE
 }  // namespace mxtrain::internal
 HWY_AFTER_NAMESPACE();

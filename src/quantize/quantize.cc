@@ -8,10 +8,10 @@
 #include <vector>
 
 #include "mxtrain/error.h"
+#include "omp_threads.h"
 #include "quantize/kernels.h"
 #include "quantize/scale_table.h"
 #include "simd_internal.h"
-#include "omp_threads.h"
 
 namespace mxtrain {
 namespace {
@@ -37,13 +37,17 @@ QuantSource SourceOf(const Tensor& x, const QuantizeOptions& options, const char
   MXTRAIN_CHECK(x.defined(), op, ": input tensor is undefined");
   MXTRAIN_CHECK(x.dtype() == DType::kF32 || x.dtype() == DType::kBF16, op,
                 ": input must be f32 or bf16, got ", Name(x.dtype()));
-  MXTRAIN_CHECK(x.rank() >= 2, op, ": input must have rank >= 2, got shape ",
-                x.shape().ToString());
+  MXTRAIN_CHECK(x.rank() >= 2, op, ": input must have rank >= 2, got shape ", x.shape().ToString());
   const int64_t cols = x.shape()[-1];
   int64_t flat_rows = 1;
   for (int i = 0; i + 1 < x.rank(); ++i) flat_rows *= x.shape()[i];
-  return QuantSource{x.raw(), x.dtype() == DType::kBF16, flat_rows, cols, options.format,
-                     options.rule, &internal::ScaleTableFor(options.rule, options.format)};
+  return QuantSource{x.raw(),
+                     x.dtype() == DType::kBF16,
+                     flat_rows,
+                     cols,
+                     options.format,
+                     options.rule,
+                     &internal::ScaleTableFor(options.rule, options.format)};
 }
 
 int ThreadCount(const QuantizeOptions& options) {
@@ -140,16 +144,15 @@ struct MxBuffers {
   }
 };
 
-MxTensor MakeColumnwise(const Tensor& x, const QuantizeOptions& options,
-                        const GroupList& segments, std::optional<GroupList> groups) {
+MxTensor MakeColumnwise(const Tensor& x, const QuantizeOptions& options, const GroupList& segments,
+                        std::optional<GroupList> groups) {
   const QuantSource src = SourceOf(x, options, "columnwise quantize");
   MxBuffers col(x, BlockAxis::kColumnwise, groups, options);
   const QuantKernels& k = internal::CurrentQuantKernels();
   const int threads = ThreadCount(options);
   const ColwiseOut out{col.data.data<uint8_t>(), col.scales.data<uint8_t>(),
                        StreamsColumnwiseCodes(x, options)};
-  ForEachStrip(MakeStrips(segments, src.cols, src.bf16 ? 2 : 4, threads, MaxStripBytes()),
-               threads,
+  ForEachStrip(MakeStrips(segments, src.cols, src.bf16 ? 2 : 4, threads, MaxStripBytes()), threads,
                [&](const ColStrip& s, void* ws) { k.colwise(src, s, out, ws); });
   return std::move(col).Finish(BlockAxis::kColumnwise, options, std::move(groups));
 }
@@ -167,15 +170,13 @@ DualMx MakeDual(const Tensor& x, const QuantizeOptions& options, const GroupList
   const ColwiseOut col_out{col.data.data<uint8_t>(), col.scales.data<uint8_t>(),
                            StreamsColumnwiseCodes(x, options)};
   ForEachStrip(MakeStrips(segments, src.cols, src.bf16 ? 2 : 4, threads, /*max_strip_bytes=*/0),
-               threads,
-               [&](const ColStrip& s, void* ws) { k.dual(src, s, row_out, col_out, ws); });
+               threads, [&](const ColStrip& s, void* ws) { k.dual(src, s, row_out, col_out, ws); });
   return DualMx{std::move(row).Finish(BlockAxis::kRowwise, options),
                 std::move(col).Finish(BlockAxis::kColumnwise, options, std::move(groups))};
 }
 
 void CheckGroupedInput(const Tensor& x, const GroupList& groups, const char* op) {
-  MXTRAIN_CHECK(x.rank() == 2, op, ": input must be 2-D [M, K], got shape ",
-                x.shape().ToString());
+  MXTRAIN_CHECK(x.rank() == 2, op, ": input must be 2-D [M, K], got shape ", x.shape().ToString());
   MXTRAIN_CHECK(groups.num_groups() > 0 && groups.total_rows() == x.shape()[0], op,
                 ": group list covers ", groups.total_rows(), " rows but M = ", x.shape()[0]);
 }
@@ -184,9 +185,12 @@ void CheckGroupedInput(const Tensor& x, const GroupList& groups, const char* op)
 
 std::string_view Name(CodeStores stores) {
   switch (stores) {
-    case CodeStores::kAuto: return "auto";
-    case CodeStores::kCached: return "cached";
-    case CodeStores::kStreaming: return "streaming";
+    case CodeStores::kAuto:
+      return "auto";
+    case CodeStores::kCached:
+      return "cached";
+    case CodeStores::kStreaming:
+      return "streaming";
   }
   return "?";
 }
@@ -200,9 +204,12 @@ CodeStores ParseCodeStores(std::string_view name) {
 
 bool StreamsColumnwiseCodes(const Tensor& x, const QuantizeOptions& options) {
   switch (options.code_stores) {
-    case CodeStores::kCached: return false;
-    case CodeStores::kStreaming: return true;
-    case CodeStores::kAuto: break;
+    case CodeStores::kCached:
+      return false;
+    case CodeStores::kStreaming:
+      return true;
+    case CodeStores::kAuto:
+      break;
   }
   const int64_t bytes = x.NumElements() * static_cast<int64_t>(DTypeSize(x.dtype()) + 1);
   return bytes >= kStreamCodesMinBytes && internal::StreamingStoresPay();
@@ -215,8 +222,8 @@ MxTensor QuantizeRowwise(const Tensor& x, const QuantizeOptions& options) {
   const RowwiseOut out{row.data.data<uint8_t>(), row.scales.data<uint8_t>()};
   // At least 16 Ki elements per thread, so that tiny tensors don't pay for a thread team.
   const int64_t rows = src.rows;
-  const int threads = static_cast<int>(
-      std::clamp<int64_t>(rows * src.cols / (1 << 14), 1, ThreadCount(options)));
+  const int threads =
+      static_cast<int>(std::clamp<int64_t>(rows * src.cols / (1 << 14), 1, ThreadCount(options)));
 #pragma omp parallel for num_threads(threads) schedule(static)
   for (int64_t t = 0; t < threads; ++t) {
     const int64_t r0 = rows * t / threads;
@@ -231,8 +238,7 @@ MxTensor QuantizeColumnwise(const Tensor& x, const QuantizeOptions& options) {
   return MakeColumnwise(x, options, BatchSegments(x.shape()), std::nullopt);
 }
 
-MxTensor QuantizeGrouped(const Tensor& x, const GroupList& groups,
-                         const QuantizeOptions& options) {
+MxTensor QuantizeGrouped(const Tensor& x, const GroupList& groups, const QuantizeOptions& options) {
   SourceOf(x, options, "grouped quantize");
   CheckGroupedInput(x, groups, "grouped quantize");
   return MakeColumnwise(x, options, groups, groups);

@@ -19,9 +19,9 @@
 // element's bias, so zeros stay zero), and rounding those 7 mantissa bits to 3 (or 2) is
 // the same integer rounding as above. An fp32 input is first narrowed to 16 bits with
 // round-to-odd (the low 16 bits OR-ed into the lowest kept bit), which keeps
-// round-to-nearest-even to the 3 or 2 bits exact (4 spare bits, where 2 suffice). A vector holding any lane that would be an element
-// subnormal, or an input subnormal, is encoded again by the fp32 encoder from the source;
-// zeros stay on the fast path.
+// round-to-nearest-even to the 3 or 2 bits exact (4 spare bits, where 2 suffice). A vector holding
+// any lane that would be an element subnormal, or an input subnormal, is encoded again by the fp32
+// encoder from the source; zeros stay on the fast path.
 //
 // The kernel families live in one -inl.h each (encode, encode16, prefetch, rowwise,
 // colwise, dual), all compiled here for every target; this file holds the run-time
@@ -32,13 +32,13 @@
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
 
-#include "quantize/kernels.h"
-#include "quantize/encode-inl.h"
-#include "quantize/encode16-inl.h"
-#include "quantize/prefetch-inl.h"
-#include "quantize/rowwise-inl.h"
 #include "quantize/colwise-inl.h"
 #include "quantize/dual-inl.h"
+#include "quantize/encode-inl.h"
+#include "quantize/encode16-inl.h"
+#include "quantize/kernels.h"
+#include "quantize/prefetch-inl.h"
+#include "quantize/rowwise-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace mxtrain::internal {
@@ -53,26 +53,28 @@ HWY_INLINE bool RuleSaturates(ScaleRule rule) {
 }
 
 // Run-time (bf16, format, saturation) to template dispatch, once per kernel call.
-#define MXTRAIN_DISPATCH_SAT(FN, BF16, FORMAT, SRC, ...)                                  \
-  do {                                                                                  \
-    if (RuleSaturates((SRC).rule)) FN<BF16, FORMAT, true>(__VA_ARGS__);                  \
-    else FN<BF16, FORMAT, false>(__VA_ARGS__);                                          \
+#define MXTRAIN_DISPATCH_SAT(FN, BF16, FORMAT, SRC, ...) \
+  do {                                                   \
+    if (RuleSaturates((SRC).rule))                       \
+      FN<BF16, FORMAT, true>(__VA_ARGS__);               \
+    else                                                 \
+      FN<BF16, FORMAT, false>(__VA_ARGS__);              \
   } while (0)
-#define MXTRAIN_DISPATCH_TYPES(FN, SRC, ...)                                                \
-  do {                                                                                      \
-    if ((SRC).bf16) {                                                                       \
-      if ((SRC).format == ElementFormat::kE4M3) {                                           \
-        MXTRAIN_DISPATCH_SAT(FN, true, ElementFormat::kE4M3, SRC, __VA_ARGS__);             \
-      } else {                                                                              \
-        MXTRAIN_DISPATCH_SAT(FN, true, ElementFormat::kE5M2, SRC, __VA_ARGS__);             \
-      }                                                                                     \
-    } else {                                                                                \
-      if ((SRC).format == ElementFormat::kE4M3) {                                           \
-        MXTRAIN_DISPATCH_SAT(FN, false, ElementFormat::kE4M3, SRC, __VA_ARGS__);            \
-      } else {                                                                              \
-        MXTRAIN_DISPATCH_SAT(FN, false, ElementFormat::kE5M2, SRC, __VA_ARGS__);            \
-      }                                                                                     \
-    }                                                                                       \
+#define MXTRAIN_DISPATCH_TYPES(FN, SRC, ...)                                     \
+  do {                                                                           \
+    if ((SRC).bf16) {                                                            \
+      if ((SRC).format == ElementFormat::kE4M3) {                                \
+        MXTRAIN_DISPATCH_SAT(FN, true, ElementFormat::kE4M3, SRC, __VA_ARGS__);  \
+      } else {                                                                   \
+        MXTRAIN_DISPATCH_SAT(FN, true, ElementFormat::kE5M2, SRC, __VA_ARGS__);  \
+      }                                                                          \
+    } else {                                                                     \
+      if ((SRC).format == ElementFormat::kE4M3) {                                \
+        MXTRAIN_DISPATCH_SAT(FN, false, ElementFormat::kE4M3, SRC, __VA_ARGS__); \
+      } else {                                                                   \
+        MXTRAIN_DISPATCH_SAT(FN, false, ElementFormat::kE5M2, SRC, __VA_ARGS__); \
+      }                                                                          \
+    }                                                                            \
   } while (0)
 
 void Rowwise(const QuantSource& src, int64_t row0, int64_t row1, RowwiseOut out) {

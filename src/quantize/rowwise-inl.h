@@ -10,6 +10,7 @@
 #endif
 
 #include <hwy/highway.h>
+
 #include "quantize/encode-inl.h"
 #include "quantize/encode16-inl.h"
 #include "quantize/prefetch-inl.h"
@@ -42,7 +43,8 @@ HWY_INLINE void BlockBatch(const QuantSource& src, int64_t index, uint8_t* out, 
   for (size_t j = 0; j < kLanes; ++j) {
     const int64_t at = index + static_cast<int64_t>(j) * kBlock;
     VF vecs[kBlockVecs];
-    for (size_t i = 0; i < kBlockVecs; ++i) vecs[i] = LoadF<kBf16>(src.x, at + static_cast<int64_t>(i * n));
+    for (size_t i = 0; i < kBlockVecs; ++i)
+      vecs[i] = LoadF<kBf16>(src.x, at + static_cast<int64_t>(i * n));
     EncodeBlock<kFormat>(vecs, scales[j], out + j * kBlock);
   }
 }
@@ -60,7 +62,8 @@ void RowwiseT(const QuantSource& src, int64_t row0, int64_t row1, RowwiseOut out
     int64_t b = 0;
     for (; b + kBatch <= full; b += kBatch) {
 #if HWY_TARGET != HWY_SCALAR
-      BlockBatch16<kBf16, kFormat, kSaturate>(src, base + b * kBlock, data + b * kBlock, scales + b);
+      BlockBatch16<kBf16, kFormat, kSaturate>(src, base + b * kBlock, data + b * kBlock,
+                                              scales + b);
 #else
       BlockBatch<kBf16, kFormat>(src, base + b * kBlock, data + b * kBlock, scales + b);
 #endif

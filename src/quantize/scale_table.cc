@@ -14,8 +14,8 @@ ScaleTable Build(ScaleRule rule, ElementFormat format) {
     const uint8_t hi = BlockScale(rule, format, last);
     uint32_t keep = 0x7FFFFFu;  // the largest mantissa whose byte is lo
     if (hi != lo) {
-      MXTRAIN_CHECK(hi == lo + 1, "scale table: rule ", Name(rule), " spans bytes ", int{lo},
-                    "..", int{hi}, " in binade ", e);
+      MXTRAIN_CHECK(hi == lo + 1, "scale table: rule ", Name(rule), " spans bytes ", int{lo}, "..",
+                    int{hi}, " in binade ", e);
       uint32_t below = 0, above = 0x7FFFFFu;  // byte(below) == lo, byte(above) == hi
       while (above - below > 1) {
         const uint32_t mid = below + (above - below) / 2;
@@ -50,10 +50,14 @@ ScaleTable Build(ScaleRule rule, ElementFormat format) {
 
 const ScaleTable& ScaleTableFor(ScaleRule rule, ElementFormat format) {
   static const ScaleTable kTables[4][2] = {
-      {Build(ScaleRule::kRceil, ElementFormat::kE4M3), Build(ScaleRule::kRceil, ElementFormat::kE5M2)},
-      {Build(ScaleRule::kFloor, ElementFormat::kE4M3), Build(ScaleRule::kFloor, ElementFormat::kE5M2)},
-      {Build(ScaleRule::kCeil, ElementFormat::kE4M3), Build(ScaleRule::kCeil, ElementFormat::kE5M2)},
-      {Build(ScaleRule::kEven, ElementFormat::kE4M3), Build(ScaleRule::kEven, ElementFormat::kE5M2)},
+      {Build(ScaleRule::kRceil, ElementFormat::kE4M3),
+       Build(ScaleRule::kRceil, ElementFormat::kE5M2)},
+      {Build(ScaleRule::kFloor, ElementFormat::kE4M3),
+       Build(ScaleRule::kFloor, ElementFormat::kE5M2)},
+      {Build(ScaleRule::kCeil, ElementFormat::kE4M3),
+       Build(ScaleRule::kCeil, ElementFormat::kE5M2)},
+      {Build(ScaleRule::kEven, ElementFormat::kE4M3),
+       Build(ScaleRule::kEven, ElementFormat::kE5M2)},
   };
   // Rows in ScaleRule's order, columns in ElementFormat's.
   return kTables[static_cast<int>(rule)][format == ElementFormat::kE4M3 ? 0 : 1];

@@ -47,7 +47,9 @@ MXTRAIN_BLOCK_INLINE constexpr int ElementMantissaBits(ElementFormat format) {
 // in BlockScale. Inline, because the quantizers call one per block of 32.
 
 namespace internal {
-MXTRAIN_BLOCK_INLINE uint8_t ClampScale(int b) { return static_cast<uint8_t>(std::clamp(b, 0, int{kE8M0Max})); }
+MXTRAIN_BLOCK_INLINE uint8_t ClampScale(int b) {
+  return static_cast<uint8_t>(std::clamp(b, 0, int{kE8M0Max}));
+}
 }  // namespace internal
 
 // rceil's second half, on d's fp32 bits (the d -> b table of NUMERICS.md §8 tests it).
@@ -60,12 +62,10 @@ MXTRAIN_BLOCK_INLINE uint8_t RceilScaleFromQuotient(uint32_t d_bits) {
 
 // d = fl32(amax * fl32(1/max_elem)), one fp32 multiply; then the exponent of d rounded up.
 MXTRAIN_BLOCK_INLINE uint8_t ScaleRceil(uint32_t amax_bits, ElementFormat format) {
-  const uint32_t inv_max_bits =
-      format == ElementFormat::kE4M3 ? kE4M3InvMaxBits : kE5M2InvMaxBits;
+  const uint32_t inv_max_bits = format == ElementFormat::kE4M3 ? kE4M3InvMaxBits : kE5M2InvMaxBits;
   const float d = F32FromBits(amax_bits) * F32FromBits(inv_max_bits);
   return RceilScaleFromQuotient(F32Bits(d));
 }
-
 
 // OCP MX v1.0 §6.3: floor(log2 amax) - emax_elem + 127, clamped.
 MXTRAIN_BLOCK_INLINE uint8_t ScaleFloor(uint32_t amax_bits, ElementFormat format) {
@@ -94,10 +94,14 @@ MXTRAIN_BLOCK_INLINE uint8_t BlockScale(ScaleRule rule, ElementFormat format, ui
   if (amax_bits >= kF32InfBits) return kE8M0NaN;
   if (amax_bits == 0) return 0;
   switch (rule) {
-    case ScaleRule::kRceil: return ScaleRceil(amax_bits, format);
-    case ScaleRule::kFloor: return ScaleFloor(amax_bits, format);
-    case ScaleRule::kCeil: return ScaleCeil(amax_bits, format);
-    case ScaleRule::kEven: return ScaleEven(amax_bits, format);
+    case ScaleRule::kRceil:
+      return ScaleRceil(amax_bits, format);
+    case ScaleRule::kFloor:
+      return ScaleFloor(amax_bits, format);
+    case ScaleRule::kCeil:
+      return ScaleCeil(amax_bits, format);
+    case ScaleRule::kEven:
+      return ScaleEven(amax_bits, format);
   }
   return kE8M0NaN;
 }

@@ -20,13 +20,12 @@ namespace mxtrain {
 template <int kExpBits, int kManBits, bool kHasInf>
 struct MiniFloat {
   static constexpr int kBias = (1 << (kExpBits - 1)) - 1;
-  static constexpr uint8_t kMaxNormalCode = kHasInf ? ((((1 << kExpBits) - 2) << kManBits) |
-                                                       ((1 << kManBits) - 1))
-                                                    : (((1 << kExpBits) - 1) << kManBits) |
-                                                          ((1 << kManBits) - 2);
+  static constexpr uint8_t kMaxNormalCode =
+      kHasInf ? ((((1 << kExpBits) - 2) << kManBits) | ((1 << kManBits) - 1))
+              : (((1 << kExpBits) - 1) << kManBits) | ((1 << kManBits) - 2);
   static constexpr uint8_t kNaNCode = 0x7F;
-  static constexpr uint8_t kInfCode = kHasInf ? static_cast<uint8_t>(0x7F & ~((1 << kManBits) - 1))
-                                              : 0;
+  static constexpr uint8_t kInfCode =
+      kHasInf ? static_cast<uint8_t>(0x7F & ~((1 << kManBits) - 1)) : 0;
   // Exponent of the largest power of two below max normal (emax_elem of NUMERICS.md §1).
   static constexpr int kEmax = (kMaxNormalCode >> kManBits) - kBias;
   static constexpr int kMinNormalExp = 1 - kBias;
@@ -53,8 +52,8 @@ struct MiniFloat {
     } else if (exp_field == 0) {  // subnormal: mantissa * 2^kMinSubnormalExp
       magnitude = static_cast<float>(mantissa) * Pow2(kMinSubnormalExp);
     } else {
-      magnitude = static_cast<float>((1 << kManBits) | mantissa) *
-                  Pow2(exp_field - kBias - kManBits);
+      magnitude =
+          static_cast<float>((1 << kManBits) | mantissa) * Pow2(exp_field - kBias - kManBits);
     }
     return negative ? -magnitude : magnitude;
   }
@@ -97,7 +96,8 @@ struct MiniFloat {
       const uint64_t floor_steps = s >> shift;
       const uint64_t remainder = s & ((uint64_t{1} << shift) - 1);
       const uint64_t half = uint64_t{1} << (shift - 1);
-      steps = floor_steps + ((remainder > half || (remainder == half && (floor_steps & 1))) ? 1 : 0);
+      steps =
+          floor_steps + ((remainder > half || (remainder == half && (floor_steps & 1))) ? 1 : 0);
     }
     // Assemble: in the subnormal range steps is the code itself (steps == 2^kManBits is the
     // smallest normal, also correct); in the normal range steps in [2^m, 2^(m+1)] and a carry

@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
+#include "mxtrain/tensor.h"
 #include "mxtrain/train/model.h"
 #include "mxtrain/train/optim.h"
-#include "mxtrain/tensor.h"
 
 namespace mxtrain::internal {
 

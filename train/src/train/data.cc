@@ -146,8 +146,7 @@ void FillWindow(std::span<const uint8_t> data, int64_t context, int64_t offset, 
 
 // A batch of `batch` rows of `context` to fill, and the number of windows `data` holds
 // (throws Error when it holds none).
-Batch EmptyBatch(std::span<const uint8_t> data, int64_t context, int64_t batch,
-                 int64_t* windows) {
+Batch EmptyBatch(std::span<const uint8_t> data, int64_t context, int64_t batch, int64_t* windows) {
   *windows = static_cast<int64_t>(data.size()) - context;
   MXTRAIN_CHECK(*windows >= 1, "data of ", data.size(), " bytes is too small for a context of ",
                 context);

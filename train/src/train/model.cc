@@ -6,8 +6,8 @@
 
 #include "mxtrain/elementwise.h"
 #include "mxtrain/error.h"
-#include "mxtrain/train/nn.h"
 #include "mxtrain/saved.h"
+#include "mxtrain/train/nn.h"
 #include "train/rng.h"
 
 namespace mxtrain {

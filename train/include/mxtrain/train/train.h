@@ -18,11 +18,11 @@
 #include <string>
 #include <vector>
 
-#include "mxtrain/train/data.h"
 #include "mxtrain/error.h"
+#include "mxtrain/recipe.h"
+#include "mxtrain/train/data.h"
 #include "mxtrain/train/model.h"
 #include "mxtrain/train/optim.h"
-#include "mxtrain/recipe.h"
 
 namespace mxtrain {
 
