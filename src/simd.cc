@@ -27,8 +27,7 @@ bool g_capped = false;
 int64_t g_cap = 0;  // the best target MXTRAIN_MAX_SIMD_TARGET allows; 0: no cap
 
 // MXTRAIN_MAX_SIMD_TARGET=NAME (e.g. AVX2): the kernels behave as on a CPU whose best target
-// is NAME, through Highway's own knob (hwy::DisableTargets, which also holds under any
-// later SetSupportedTargetsForTest). Read once, before the first choice of target.
+// is NAME. Read once, before the first choice of target; ChooseLocked applies it.
 void CapTargetsLocked() {
   if (g_capped) return;
   const char* env = std::getenv("MXTRAIN_MAX_SIMD_TARGET");
@@ -45,15 +44,29 @@ void CapTargetsLocked() {
     }
     MXTRAIN_CHECK(cap != 0, "MXTRAIN_MAX_SIMD_TARGET='", env,
                   "' names no SIMD target of this build (", known, ")");
-    hwy::DisableTargets(cap - 1);  // every better target
     g_cap = cap;
   }
   g_capped = true;
 }
 
-void ChooseLocked(int64_t mock_targets) {
+// The targets this CPU supports, detected once (0: not yet).
+int64_t g_detected = 0;
+
+// Makes `best` (an HWY_* bit; 0: the best the CPU and the cap allow) the target the kernels
+// use. The allowed set is kept as Highway's target mock (SetSupportedTargetsForTest), not as
+// DisableTargets: without a mock, Highway 1.0.3's SupportedTargets() detects the CPU again
+// and resets the chosen target to everything detected, so any later call that lists the
+// targets (CurrentSimdTarget, AvailableSimdTargets) would undo a cap or a forced target.
+// With the mock set, SupportedTargets() just returns it.
+void ChooseLocked(int64_t best) {
   CapTargetsLocked();
-  hwy::SetSupportedTargetsForTest(mock_targets);
+  if (g_detected == 0) {
+    hwy::SetSupportedTargetsForTest(0);
+    g_detected = hwy::SupportedTargets();
+  }
+  int64_t allowed = g_detected;
+  if (g_cap != 0) allowed &= ~(g_cap - 1);  // every target better than the cap
+  hwy::SetSupportedTargetsForTest(best != 0 ? best : allowed);
   hwy::GetChosenTarget().Update(hwy::SupportedTargets());
   g_chosen = true;
 }
@@ -111,7 +124,7 @@ std::string CurrentSimdTarget() {
 void ForceSimdTarget(const std::string& name) {
   const std::string wanted = Upper(name);
   std::lock_guard<std::mutex> lock(g_mutex);
-  ChooseLocked(0);  // clear any earlier restriction before looking the name up
+  ChooseLocked(0);  // clear any earlier choice before looking the name up
   std::string known;
   for (int64_t t : hwy::SupportedAndGeneratedTargets()) {
     if (wanted == hwy::TargetName(t)) {

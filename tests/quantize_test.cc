@@ -585,6 +585,16 @@ TEST(Simd, ForcingATargetSwitchesTheKernels) {
     EXPECT_EQ(std::string(internal::QuantKernelsForTarget(t).target), t);
   }
   EXPECT_EQ(CurrentSimdTarget(), targets.front());
+  // Listing the targets must not move the kernels off the chosen one (under the cpu_caps
+  // label: off the cap): Highway re-detects the CPU when asked without a target mock.
+  EXPECT_EQ(AvailableSimdTargets(), targets);
+  EXPECT_EQ(std::string(internal::CurrentQuantKernels().target), targets.front());
+  for (const std::string& t : targets) {
+    testing_util::ScopedSimdTarget scoped(t);
+    EXPECT_EQ(AvailableSimdTargets().front(), t);
+    EXPECT_EQ(std::string(internal::CurrentQuantKernels().target), t);
+  }
+  EXPECT_EQ(std::string(internal::CurrentQuantKernels().target), targets.front());
 }
 
 }  // namespace

@@ -4,7 +4,8 @@
 //
 // The environment variable MXTRAIN_MAX_SIMD_TARGET=NAME (e.g. AVX2), read once per
 // process, makes the process behave as on a CPU whose best target is NAME: better targets
-// are not available (hwy::DisableTargets), and neither are the GEMM paths that need
+// are not available (to the kernels, to AvailableSimdTargets and to ForceSimdTarget), and
+// neither are the GEMM paths that need
 // AVX-512 (gemm.h). With ONEDNN_MAX_CPU_ISA=AVX2 and MXTRAIN_MAX_GEMM_PATH=simd-f32 it
 // imitates an AVX2-only machine on a larger one (the ctest label `cpu_caps`).
 #pragma once

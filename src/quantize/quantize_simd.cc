@@ -131,15 +131,45 @@ const QuantKernels& CurrentQuantKernels() {
   return *HWY_DYNAMIC_DISPATCH(GetQuantKernels)();
 }
 
+namespace {
+
+// One compiled target's table, called in that target's namespace (Highway's N_<TARGET>)
+// rather than through the dispatch table: several threads may each hold another target's
+// kernels at once, which the process-wide choice of simd.h cannot give.
+const QuantKernels* KernelsOf(int64_t target) {
+#define MXTRAIN_KERNELS_OF(TARGET, NS) \
+  if (target == (TARGET)) return NS::GetQuantKernels();
+#if HWY_TARGETS & HWY_AVX3_DL
+  MXTRAIN_KERNELS_OF(HWY_AVX3_DL, N_AVX3_DL)
+#endif
+#if HWY_TARGETS & HWY_AVX3
+  MXTRAIN_KERNELS_OF(HWY_AVX3, N_AVX3)
+#endif
+#if HWY_TARGETS & HWY_AVX2
+  MXTRAIN_KERNELS_OF(HWY_AVX2, N_AVX2)
+#endif
+#if HWY_TARGETS & HWY_SSE4
+  MXTRAIN_KERNELS_OF(HWY_SSE4, N_SSE4)
+#endif
+#if HWY_TARGETS & HWY_SSSE3
+  MXTRAIN_KERNELS_OF(HWY_SSSE3, N_SSSE3)
+#endif
+#if HWY_TARGETS & HWY_EMU128
+  MXTRAIN_KERNELS_OF(HWY_EMU128, N_EMU128)
+#endif
+#if HWY_TARGETS & HWY_SCALAR
+  MXTRAIN_KERNELS_OF(HWY_SCALAR, N_SCALAR)
+#endif
+#undef MXTRAIN_KERNELS_OF
+  return nullptr;
+}
+
+}  // namespace
+
 const QuantKernels& QuantKernelsForTarget(const std::string& name) {
   for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
     if (name != hwy::TargetName(target)) continue;
-    // The dispatch table's slot for one target, as hwy::ChosenTarget::GetIndex computes it
-    // for a mask holding that target alone (the last slot is the portable fallback).
-    const int64_t shifted = HWY_CHOSEN_TARGET_SHIFT(target);
-    const size_t index = shifted != 0 ? static_cast<size_t>(__builtin_ctzll(shifted))
-                                      : static_cast<size_t>(HWY_MAX_DYNAMIC_TARGETS + 1);
-    return *HWY_DISPATCH_TABLE(GetQuantKernels)[index]();
+    if (const QuantKernels* kernels = KernelsOf(target)) return *kernels;
   }
   Fail("unknown or unsupported SIMD target '", name, "'");
 }
