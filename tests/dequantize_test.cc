@@ -17,9 +17,8 @@ using testing_util::EdgeMix;
 using testing_util::MakeBf16;
 using testing_util::MakeF32;
 
-constexpr ScaleRule kRules[] = {ScaleRule::kRceil, ScaleRule::kFloor, ScaleRule::kCeil,
-                                ScaleRule::kEven};
-constexpr ElementFormat kFormats[] = {ElementFormat::kE4M3, ElementFormat::kE5M2};
+using testing_util::kFormats;
+using testing_util::kRules;
 
 // --- Dequantization ---------------------------------------------------------------------
 

@@ -28,9 +28,8 @@ using testing_util::MakeBf16;
 using testing_util::MakeF32;
 using testing_util::ScopedSimdTarget;
 
-constexpr ScaleRule kRules[] = {ScaleRule::kRceil, ScaleRule::kFloor, ScaleRule::kCeil,
-                                ScaleRule::kEven};
-constexpr ElementFormat kFormats[] = {ElementFormat::kE4M3, ElementFormat::kE5M2};
+using testing_util::kFormats;
+using testing_util::kRules;
 
 std::string Describe(const QuantizeOptions& o, const Tensor& x) {
   return StrCat(Name(o.format), "/", Name(o.rule), " ", Name(x.dtype()), " ", x.shape().ToString(),

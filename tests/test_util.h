@@ -14,10 +14,16 @@
 
 #include "mxtrain/format/bf16.h"
 #include "mxtrain/format/bits.h"
+#include "mxtrain/format/element.h"
 #include "mxtrain/simd.h"
 #include "mxtrain/tensor.h"
 
 namespace mxtrain::testing_util {
+
+// Every scale rule and element format, for the tests that sweep them all.
+constexpr ScaleRule kRules[] = {ScaleRule::kRceil, ScaleRule::kFloor, ScaleRule::kCeil,
+                                ScaleRule::kEven};
+constexpr ElementFormat kFormats[] = {ElementFormat::kE4M3, ElementFormat::kE5M2};
 
 // fp32 values for a [rows, cols] tensor: every 32-element run (in whichever direction it is
 // blocked) mixes the edge kinds, so each row and column block meets several of them.
