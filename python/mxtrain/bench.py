@@ -8,12 +8,19 @@ forward + backward of
   torch_autocast nn.Linear with fp32 weights under torch.autocast("cpu", bfloat16)
 and ratio = torch_bf16_ms / mx_ms (above 1: mxtrain is faster).
 
+A torch is only as fast as the BLAS it was built with, so the first line names it: torch's
+version, BLAS (BLAS_INFO of torch.__config__.show(): "mkl", "open", or "generic", the
+reference BLAS of Debian's python3-torch), CPU capability and oneDNN (mkldnn) use, with the
+same-run GFLOP/s of a plain fp32 and bf16 matmul at 1024^3. scripts/bench_python.sh runs
+this bench under Debian's torch and under PyTorch 2.x from the Python registry in one go.
+
     python -m mxtrain.bench [--shapes 2048x1024x4096,...] [--reps 5] [--policy deferred]
 """
 
 import argparse
 import json
 import os
+import re
 import statistics
 import time
 
@@ -49,6 +56,26 @@ def _step(layer, x, dy, autocast=False):
     return run
 
 
+def torch_build():
+    """What this torch computes with: version, BLAS, CPU capability, oneDNN."""
+    config = torch.__config__.show()
+    blas = re.search(r"BLAS_INFO=([^,\s]+)", config)
+    capability = re.search(r"CPU capability usage: (\S+)", config)
+    if hasattr(torch.backends, "cpu") and hasattr(torch.backends.cpu, "get_cpu_capability"):
+        cap = torch.backends.cpu.get_cpu_capability()
+    else:
+        cap = capability.group(1) if capability else "unknown"
+    return {"torch": torch.__version__, "torch_blas": blas.group(1) if blas else "unknown",
+            "torch_cpu_capability": cap, "torch_mkldnn": torch.backends.mkldnn.is_available()}
+
+
+def matmul_gflops(dtype, n=1024, reps=5):
+    a = torch.randn(n, n).to(dtype)
+    b = torch.randn(n, n).to(dtype)
+    ms = _time(lambda: a @ b, reps, warmup=1)
+    return round(2 * n ** 3 / ms / 1e6, 1)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m mxtrain.bench", description=__doc__.split("\n")[0])
     ap.add_argument("--shapes", default=DEFAULT_SHAPES,
@@ -62,6 +89,10 @@ def main(argv=None):
     threads = os.cpu_count() or 1
     torch.set_num_threads(threads)
     torch.manual_seed(0)
+    build = torch_build()
+    print(json.dumps({"case": "torch_build", **build, "threads": threads,
+                      "fp32_matmul_1024_gflops": matmul_gflops(torch.float32),
+                      "bf16_matmul_1024_gflops": matmul_gflops(torch.bfloat16)}), flush=True)
     for shape in args.shapes.split(","):
         m, k, n = (int(v) for v in shape.lower().split("x"))
         ref = torch.nn.Linear(k, n)
@@ -80,7 +111,8 @@ def main(argv=None):
         flops = 3 * 2 * m * k * n
         print(json.dumps({
             "case": f"linear_{m}x{k}x{n}", "m": m, "k": k, "n": n, "policy": args.policy,
-            "reuse": args.reuse, "threads": threads, "torch": torch.__version__,
+            "reuse": args.reuse, "threads": threads, "torch": build["torch"],
+            "torch_blas": build["torch_blas"],
             "mx_ms": round(mx_ms, 3), "mx_gflops": round(flops / mx_ms / 1e6, 1),
             "torch_bf16_ms": round(bf16_ms, 3), "torch_autocast_ms": round(autocast_ms, 3),
             "ratio": round(bf16_ms / mx_ms, 3), "ratio_autocast": round(autocast_ms / mx_ms, 3),
