@@ -163,8 +163,13 @@ void Storage::Recategorize(MemoryCategory category) {
   category_ = category;
 }
 
+void Storage::MarkPersistent() {
+  MXTRAIN_DCHECK(backward_holds_.load() == 0);  // the held figure counted it at the hold
+  persistent_ = true;
+}
+
 void Storage::AddBackwardHold() {
-  if (backward_holds_.fetch_add(1, std::memory_order_relaxed) == 0 && !borrowed_) {
+  if (backward_holds_.fetch_add(1, std::memory_order_relaxed) == 0 && !borrowed_ && !persistent_) {
     g_held_for_backward.Add(static_cast<int64_t>(bytes_));
   }
 }
@@ -172,7 +177,9 @@ void Storage::AddBackwardHold() {
 void Storage::RemoveBackwardHold() {
   const int before = backward_holds_.fetch_sub(1, std::memory_order_relaxed);
   MXTRAIN_DCHECK(before > 0);
-  if (before == 1 && !borrowed_) g_held_for_backward.Sub(static_cast<int64_t>(bytes_));
+  if (before == 1 && !borrowed_ && !persistent_) {
+    g_held_for_backward.Sub(static_cast<int64_t>(bytes_));
+  }
 }
 
 MemoryReport ReadMemory() {

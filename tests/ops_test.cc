@@ -6,7 +6,10 @@
 //  - that run is within NUMERICS.md §7's bound of a double-precision chain rule on the
 //    operands quantized by the scalar reference (ref::), and within 25 dB SQNR of the
 //    unquantized fp32 layer;
-//  - the bytes it keeps for the backward equal the closed-form figures.
+//  - the bytes it keeps for the backward equal the closed-form figures, and the auto
+//    policy resolves as linear.h says for a fresh layer (weight: deferred, the parameter
+//    is alive anyway; input: quantized, nothing is known yet). What auto learns:
+//    ops_policy_test.cc.
 // Then: the MXFP8-off baselines, odd shapes, recipe validation and the errors. What the
 // ops keep and share (memory, the weight cache, main_grad): ops_memory_test.cc.
 #include <gtest/gtest.h>
@@ -46,8 +49,8 @@ TEST(Ops, EveryCombinationMatchesTheReferenceRunAndTheOracle) {
           EXPECT_EQ(want.dx.defined(), input_grad) << base.Name();
           EXPECT_EQ(want.dw.dtype(), param_dtype) << base.Name();
           EXPECT_EQ(want.db.dtype(), param_dtype) << base.Name();
-          for (SavePolicy ip : {SavePolicy::kQuantized, SavePolicy::kDeferred}) {
-            for (SavePolicy wp : {SavePolicy::kQuantized, SavePolicy::kDeferred}) {
+          for (SavePolicy ip : kPolicies) {
+            for (SavePolicy wp : kPolicies) {
               for (bool cache : {false, true}) {
                 const Combo c{grouped, ip, wp, cache, input_grad, formats, x_dtype, param_dtype};
                 const RunResult got = RunCombo(p, c);
@@ -64,6 +67,9 @@ TEST(Ops, EveryCombinationMatchesTheReferenceRunAndTheOracle) {
                 const SavedMemory expected = ExpectedSaved(p, c);
                 EXPECT_EQ(got.saved.allocated_bytes, expected.allocated_bytes) << c.Name();
                 EXPECT_EQ(got.saved.referenced_bytes, expected.referenced_bytes) << c.Name();
+                EXPECT_EQ(got.saved.persistent_bytes, expected.persistent_bytes) << c.Name();
+                EXPECT_EQ(got.input_policy, ResolvedInput(c)) << c.Name();
+                EXPECT_EQ(got.weight_policy, ResolvedWeight(c)) << c.Name();
                 EXPECT_EQ(got.held_delta, expected.allocated_bytes + expected.referenced_bytes)
                     << c.Name();
               }
@@ -73,7 +79,7 @@ TEST(Ops, EveryCombinationMatchesTheReferenceRunAndTheOracle) {
       }
     }
   }
-  EXPECT_EQ(runs, 2 * 2 * 3 * 2 * 8);
+  EXPECT_EQ(runs, 2 * 2 * 3 * 2 * 18);
 }
 
 // ---- memory: what a policy costs on top of the tensors a model holds anyway -------------
@@ -97,7 +103,8 @@ TEST(Ops, BaselinesAgainstTheExactLayer) {
         EXPECT_EQ(sm.referenced_bytes, p.m * p.k * 2);
       } else {
         EXPECT_EQ(sm.allocated_bytes, 0);
-        EXPECT_EQ(sm.referenced_bytes, p.m * p.k * 4 + p.experts * p.n * p.k * 4);
+        EXPECT_EQ(sm.referenced_bytes, p.m * p.k * 4);
+        EXPECT_EQ(sm.persistent_bytes, p.experts * p.n * p.k * 4);  // the fp32 weight itself
       }
       Grads g = layer.Backward(dy, std::move(f.ctx));
       // The exact layer on the operands as the GEMMs saw them (bf16-rounded weights).

@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -134,9 +135,25 @@ struct Combo {
   }
 };
 
+// Every save policy, auto included.
+inline constexpr SavePolicy kPolicies[] = {SavePolicy::kQuantized, SavePolicy::kDeferred,
+                                           SavePolicy::kAuto};
+
+// What auto resolves to in a fresh layer (linear.h "The auto policy"): the input is
+// quantized (no other consumer, nothing holds it, nothing learned yet), the weight, a
+// Parameter's value, deferred.
+inline SavePolicy ResolvedInput(const Combo& c) {
+  return c.input_policy == SavePolicy::kAuto ? SavePolicy::kQuantized : c.input_policy;
+}
+inline std::optional<SavePolicy> ResolvedWeight(const Combo& c) {
+  if (!c.input_grad) return std::nullopt;  // no dgrad: the weight is not saved
+  return c.weight_policy == SavePolicy::kAuto ? SavePolicy::kDeferred : c.weight_policy;
+}
+
 struct RunResult {
   Tensor y, dx, dw, db;
   SavedMemory saved;
+  std::optional<SavePolicy> input_policy, weight_policy;
   int64_t held_delta;  // MemoryReport::held_for_backward after the forward, minus before
 };
 
@@ -152,6 +169,8 @@ inline RunResult RunCombo(const Problem& p, const Combo& c) {
   Forwarded f = layer.Forward(x, c.input_grad);
   r.held_delta = ReadMemory().held_for_backward.live_bytes - held_before;
   r.saved = f.ctx.saved_memory();
+  r.input_policy = f.ctx.input_policy();
+  r.weight_policy = f.ctx.weight_policy();
   r.y = f.y;
   Grads g = layer.Backward(dy, std::move(f.ctx));
   EXPECT_EQ(ReadMemory().held_for_backward.live_bytes, held_before) << "backward released all";
@@ -171,14 +190,14 @@ inline SavedMemory ExpectedSaved(const Problem& p, const Combo& c) {
   const int64_t x_hp = p.m * p.k * static_cast<int64_t>(DTypeSize(c.x_dtype));
   const int64_t w_hp = p.experts * p.n * p.k * static_cast<int64_t>(DTypeSize(c.param_dtype));
   // wgrad always runs (the weight needs a gradient), so X is kept one way or the other.
-  if (c.input_policy == SavePolicy::kQuantized) {
+  if (ResolvedInput(c) == SavePolicy::kQuantized) {
     m.allocated_bytes += x_col;
   } else {
     m.referenced_bytes += x_hp;
   }
   if (c.input_grad) {  // dgrad runs: W columnwise is kept, cached, or made later from W
-    if (c.weight_policy == SavePolicy::kDeferred) {
-      m.referenced_bytes += w_hp;
+    if (ResolvedWeight(c) == SavePolicy::kDeferred) {
+      m.persistent_bytes += w_hp;  // the parameter's own buffer: alive anyway
     } else if (c.cache) {
       m.referenced_bytes += w_col;  // the cache's entry
     } else {

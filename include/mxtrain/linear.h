@@ -13,6 +13,25 @@
 // high-precision tensor, so outputs and gradients are bit-identical across policies and
 // with or without the weight cache.
 //
+// The auto policy (SavePolicy::kAuto) picks per layer and role what holds less for the
+// backward, counting a high-precision tensor as free when something else keeps it alive
+// until the backward:
+//   - weight: deferred when the weight is a Parameter's value (alive for the whole training)
+//     or borrowed (its owner keeps it); quantized otherwise.
+//   - input: deferred when the input is alive anyway: another auto layer took the same
+//     buffer as its input (Q, K and V over one activation: one 2-byte reference instead of
+//     three 1.03-byte copies), a pending backward already holds it (another layer deferred
+//     it, or a model saved it), or an earlier call of this layer saw it still alive at its
+//     backward (its caller keeps it); quantized otherwise. The last two are learned: a
+//     layer records what it saw (the one piece of state a layer keeps), so a model's first
+//     micro-batch may pick differently from the next ones. Outputs and gradients do not
+//     depend on the choice, bit for bit; OpContext reports it.
+//
+// With hp_gemms (recipe.h), a GEMM in high precision reads its operands as the bf16 / fp32
+// op would: an HP fprop rounds X and W to the compute type, an HP dgrad reads W (a
+// reference, rounded in the backward) and an HP wgrad the input rounded in the forward;
+// each output is bit-identical to the one that precision's layer makes.
+//
 // Only what a gradient needs is made or kept: X's columnwise copy only when W needs a
 // gradient (wgrad reads it), W's only when X does (dgrad), dY's layouts likewise, and
 // nothing at all when no gradient is wanted. With MXFP8 off the same op runs HpGemm
@@ -79,6 +98,7 @@ struct Grads {
 namespace internal {
 struct OpState;
 struct OpAccess;
+struct AutoRecord;
 }  // namespace internal
 
 // What a forward keeps for its backward. Move-only; Backward consumes it, and dropping it
@@ -97,6 +117,11 @@ class OpContext {
   bool spent() const { return spent_; }
   // The bytes this context holds for the backward (saved.h).
   SavedMemory saved_memory() const;
+  // The save policy the forward applied per role (auto resolved to quantized or deferred);
+  // nullopt when the role was not saved, is read by a high-precision GEMM (hp_gemms), or
+  // MXFP8 is off.
+  std::optional<SavePolicy> input_policy() const;
+  std::optional<SavePolicy> weight_policy() const;
 
  private:
   friend struct internal::OpAccess;
@@ -118,6 +143,8 @@ class LinearParams {
   const std::shared_ptr<Parameter>& bias_ptr() const { return bias_; }
   const Recipe& recipe() const { return recipe_; }
   const OpOptions& options() const { return options_; }
+  // What the auto input policy learned about this layer's input (linear.h, above).
+  const std::shared_ptr<internal::AutoRecord>& auto_record() const { return auto_record_; }
 
  protected:
   // Checks the weight's rank and that the bias (if any) has the weight's shape without its
@@ -130,6 +157,7 @@ class LinearParams {
   std::shared_ptr<Parameter> bias_;
   Recipe recipe_;
   OpOptions options_;
+  std::shared_ptr<internal::AutoRecord> auto_record_;
 };
 
 class Linear : public LinearParams {

@@ -37,7 +37,9 @@ struct MemoryReport {
   // Bytes of every buffer a pending backward pass holds (Storage::AddBackwardHold), each
   // counted once however many holders it has and whatever its category: the copies made
   // for backward (kSavedForBackward) and the high-precision tensors a deferred policy
-  // references. An overlay on the categories, not one of them.
+  // references. Parameters' values (Storage::MarkPersistent) are left out: they live for
+  // the whole training anyway, so a backward that references them holds nothing extra.
+  // An overlay on the categories, not one of them.
   MemoryFigures held_for_backward;
 };
 
@@ -64,8 +66,16 @@ class Storage {
   // becomes saved for backward). No effect on a borrowed buffer.
   void Recategorize(MemoryCategory category);
 
+  // A buffer alive for the whole training, whoever else holds it: a Parameter's value
+  // (parameter.h). A backward pass that references it costs nothing, so it is left out
+  // of MemoryReport::held_for_backward (it still counts in its category and the total).
+  // Set before any backward hold; never cleared.
+  void MarkPersistent();
+  bool persistent() const { return persistent_; }
+
   // A backward pass holds this buffer (SavedTensors, ops/saved.h): its bytes count in
-  // MemoryReport::held_for_backward while at least one hold lasts.
+  // MemoryReport::held_for_backward while at least one hold lasts, unless the buffer is
+  // borrowed or persistent.
   void AddBackwardHold();
   void RemoveBackwardHold();
   int backward_holds() const { return backward_holds_.load(std::memory_order_relaxed); }
@@ -75,6 +85,7 @@ class Storage {
   size_t bytes_;
   MemoryCategory category_;
   bool borrowed_ = false;
+  bool persistent_ = false;
   std::shared_ptr<void> owner_;  // borrowed buffers only
   std::atomic<int> backward_holds_{0};
 };

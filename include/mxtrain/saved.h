@@ -6,7 +6,9 @@
 // kSavedForBackward: the columnwise FP8 copies of the "quantized" policy, the bf16
 // baseline's operand casts) and buffers of other categories the backward merely keeps
 // alive (the high-precision input a "deferred" policy references, a cached weight). The
-// second costs nothing extra when its owner keeps the buffer anyway.
+// second costs nothing extra when its owner keeps the buffer anyway, and a parameter's
+// value (Storage::persistent) always is: it is counted apart, and not in
+// MemoryReport::held_for_backward.
 #pragma once
 
 #include <cstdint>
@@ -20,7 +22,8 @@ namespace mxtrain {
 
 struct SavedMemory {
   int64_t allocated_bytes = 0;   // held buffers of category kSavedForBackward
-  int64_t referenced_bytes = 0;  // held buffers of any other category
+  int64_t referenced_bytes = 0;  // held buffers of any other category, not persistent
+  int64_t persistent_bytes = 0;  // held parameter values (alive for the training anyway)
 };
 
 class SavedTensors {

@@ -354,6 +354,7 @@ PYBIND11_MODULE(_C, m) {
         py::dict d;
         d["allocated_bytes"] = s.allocated_bytes;
         d["referenced_bytes"] = s.referenced_bytes;
+        d["persistent_bytes"] = s.persistent_bytes;
         return d;
       });
 

@@ -4,6 +4,7 @@
 
 #include "mxtrain/error.h"
 #include "mxtrain/grouped_linear.h"
+#include "ops/auto_policy.h"
 #include "ops/linear_core.h"
 
 namespace mxtrain {
@@ -29,6 +30,14 @@ SavedMemory OpContext::saved_memory() const {
   return state_ != nullptr ? state_->saved.memory() : SavedMemory{};
 }
 
+std::optional<SavePolicy> OpContext::input_policy() const {
+  return state_ != nullptr ? state_->input_policy : std::nullopt;
+}
+
+std::optional<SavePolicy> OpContext::weight_policy() const {
+  return state_ != nullptr ? state_->weight_policy : std::nullopt;
+}
+
 namespace {
 
 std::shared_ptr<Parameter> NewParameter(Shape shape, DType dtype, std::string name) {
@@ -41,7 +50,8 @@ std::shared_ptr<Parameter> NewParameter(Shape shape, DType dtype, std::string na
 internal::LayerView View(const LinearParams& p, const char* op, const CallOptions& call = {}) {
   OpOptions o = p.options();
   if (call.threads >= 0) o.threads = call.threads;
-  return internal::LayerView{&p.weight(), p.bias(), &p.recipe(), o, call.use_weight_cache, op};
+  return internal::LayerView{&p.weight(),           p.bias(), &p.recipe(),     o,
+                             call.use_weight_cache, op,       &p.auto_record()};
 }
 
 CallOptions WithInputGrad(bool input_requires_grad) {
@@ -54,7 +64,11 @@ CallOptions WithInputGrad(bool input_requires_grad) {
 
 LinearParams::LinearParams(std::shared_ptr<Parameter> weight, std::shared_ptr<Parameter> bias,
                            Recipe recipe, OpOptions options, int weight_rank, const char* op)
-    : weight_(std::move(weight)), bias_(std::move(bias)), recipe_(recipe), options_(options) {
+    : weight_(std::move(weight)),
+      bias_(std::move(bias)),
+      recipe_(recipe),
+      options_(options),
+      auto_record_(std::make_shared<internal::AutoRecord>()) {
   MXTRAIN_CHECK(
       weight_ != nullptr && weight_->shape().rank() == weight_rank, op, ": weight must have rank ",
       weight_rank,

@@ -3,6 +3,7 @@
 // layouts exist when, so that every layout is quantized from a high-precision tensor.
 #include "ops/linear_core.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "mxtrain/elementwise.h"
@@ -98,44 +99,118 @@ void CheckForwardInput(const LayerView& l, const Tensor& x, const GroupList* gro
   }
 }
 
-// Forward with MXFP8: x2 [M, K] rowwise for fprop; columnwise layouts per policy.
+// The policies a forward applies: auto resolved (linear.h "The auto policy").
+SavePolicy ResolveInputPolicy(const LayerView& l, const Tensor& x2, OpState& st) {
+  const SavePolicy p = l.recipe->input_policy();
+  if (p != SavePolicy::kAuto) return p;
+  const std::shared_ptr<AutoRecord>& record = *l.auto_record;
+  const int now = NoteAutoConsumer(x2.storage(), record);
+  const int consumers = std::max(now, record->consumers.load(std::memory_order_relaxed));
+  st.auto_input = true;
+  st.x_watch = x2.storage();
+  // Alive anyway (a pending backward holds it, or the caller kept it before): free.
+  if (x2.storage()->backward_holds() > 0 || record->input_alive.load(std::memory_order_relaxed)) {
+    return SavePolicy::kDeferred;
+  }
+  // Else one reference for all consumers against a columnwise copy each (1 + 1/32 bytes
+  // per element): bf16 wins from 2 consumers, f32 from 4.
+  const auto copies_x32 = static_cast<size_t>(consumers) * (kMxBlock + 1);
+  return DTypeSize(x2.dtype()) * kMxBlock < copies_x32 ? SavePolicy::kDeferred
+                                                       : SavePolicy::kQuantized;
+}
+
+SavePolicy ResolveWeightPolicy(const LayerView& l) {
+  const SavePolicy p = l.recipe->weight_policy();
+  if (p != SavePolicy::kAuto) return p;
+  const Storage& w = *l.weight->value().storage();
+  return w.persistent() || w.borrowed() ? SavePolicy::kDeferred : SavePolicy::kQuantized;
+}
+
+// After an auto input's backward: was the input alive anyway? A deferred input is, when
+// anything besides this context references its buffer (the context's tensor and its hold
+// are two references); a quantized one, when its buffer outlived the forward.
+void RecordAutoInput(const LayerView& l, const OpState& st) {
+  if (!st.auto_input) return;
+  bool alive;
+  if (st.input_policy == SavePolicy::kDeferred) {
+    alive = st.x_hp.defined() && st.x_hp.storage().use_count() > 2;
+  } else {
+    alive = !st.x_watch.expired();
+  }
+  if (alive) (*l.auto_record)->input_alive.store(true, std::memory_order_relaxed);
+}
+
+// Forward with MXFP8: x2 [M, K] rowwise for fprop (unless fprop runs in high precision);
+// the columnwise layouts per policy, or the high-precision operands an HP dgrad / wgrad
+// reads.
 Tensor ForwardMx(const LayerView& l, const Tensor& x2, const GroupList* groups, OpState& st) {
   const Recipe& r = *l.recipe;
   Parameter& w = *l.weight;
   const QuantizeOptions qx = QuantOptions(r.input_format(), l);
   const QuantizeOptions qw = QuantOptions(r.weight_format(), l);
   WeightQuantCache* cache = CacheOf(l);
+  const DType c = r.compute_dtype();
+  const int threads = l.options.threads;
+  const bool mx_fprop = r.mx(TrainingGemm::kFprop);
+  // The high-precision operands rounded to the compute type, when an HP GEMM reads them.
+  Tensor xc, wc;
+  if (!mx_fprop || (st.need_dw && !r.mx(TrainingGemm::kWgrad))) {
+    xc = CastTo(x2, c, MemoryCategory::kWorkspace, threads);
+  }
+  if (!mx_fprop) wc = CastTo(w.value(), c, MemoryCategory::kWorkspace, threads);
 
+  // The input: rowwise for an MX fprop; for the wgrad, a columnwise copy (quantized), a
+  // reference (deferred), or the rounded input an HP wgrad reads.
   MxTensor x_row;
-  if (st.need_dw && r.input_policy() == SavePolicy::kQuantized) {
+  if (st.need_dw && !r.mx(TrainingGemm::kWgrad)) {
+    st.x_hp = xc;
+    if (xc.storage() != x2.storage()) MarkSaved(xc);
+  } else if (st.need_dw) {
+    st.input_policy = ResolveInputPolicy(l, x2, st);
+  }
+  const bool x_col_now = st.input_policy == SavePolicy::kQuantized;
+  if (mx_fprop && x_col_now) {
     DualMx d = groups ? QuantizeDualGrouped(x2, *groups, qx) : QuantizeDual(x2, qx);
     x_row = std::move(d.rowwise);
     st.x_col = std::move(d.columnwise);
-    MarkSaved(st.x_col);
-  } else {
+  } else if (x_col_now) {
+    st.x_col = groups ? QuantizeGrouped(x2, *groups, qx) : QuantizeColumnwise(x2, qx);
+  } else if (mx_fprop) {
     x_row = QuantizeRowwise(x2, qx);
-    if (st.need_dw) st.x_hp = x2;  // deferred: a reference, no copy
   }
+  if (x_col_now) MarkSaved(st.x_col);
+  if (st.input_policy == SavePolicy::kDeferred) st.x_hp = x2;  // a reference, no copy
 
+  // The weight likewise, for the dgrad. An HP dgrad references the parameter and rounds it
+  // in the backward: the parameter is alive anyway.
+  if (st.need_dx && r.mx(TrainingGemm::kDgrad)) st.weight_policy = ResolveWeightPolicy(l);
+  const bool w_col_now = st.weight_policy == SavePolicy::kQuantized;
   MxTensor w_row;
-  if (st.need_dx && r.weight_policy() == SavePolicy::kQuantized) {
+  if (mx_fprop && w_col_now) {
     DualMx d = cache ? cache->GetDual(w, qw) : QuantizeDual(w.value(), qw);
     w_row = std::move(d.rowwise);
     st.w_col = std::move(d.columnwise);
-    if (cache == nullptr) MarkSaved(st.w_col);
-  } else {
+  } else if (w_col_now) {
+    st.w_col =
+        cache ? cache->Get(w, BlockAxis::kColumnwise, qw) : QuantizeColumnwise(w.value(), qw);
+  } else if (mx_fprop) {
     w_row = cache ? cache->Get(w, BlockAxis::kRowwise, qw) : QuantizeRowwise(w.value(), qw);
-    if (st.need_dx) {
-      st.w_hp = w.value();
-      st.w_version = w.version();
-    }
+  }
+  if (w_col_now && cache == nullptr) MarkSaved(st.w_col);
+  if (st.need_dx && st.weight_policy != SavePolicy::kQuantized) {
+    st.w_hp = w.value();
+    st.w_version = w.version();
   }
 
   const Tensor bias = Bias32(l);
   GemmOptions o;
   o.out_dtype = x2.dtype();
   o.bias = bias.defined() ? &bias : nullptr;
-  o.threads = l.options.threads;
+  o.threads = threads;
+  if (!mx_fprop) {
+    return groups ? HpGroupedGemm(xc, wc, Contract::kLast, *groups, c, o)
+                  : HpGemm(xc, Contract::kLast, wc, Contract::kLast, c, o);
+  }
   return groups ? MxGroupedGemm(x_row, w_row, *groups, o) : MxGemm(x_row, w_row, o);
 }
 
@@ -194,43 +269,67 @@ void BackwardMx(const LayerView& l, const Tensor& dy2, const GroupList* groups, 
                 Grads& g) {
   const Recipe& r = *l.recipe;
   Parameter& w = *l.weight;
+  const DType c = r.compute_dtype();
+  const int threads = l.options.threads;
+  const bool mx_dgrad = r.mx(TrainingGemm::kDgrad), mx_wgrad = r.mx(TrainingGemm::kWgrad);
   const QuantizeOptions qg = QuantOptions(r.grad_format(), l);
+  // dY in the layouts the MX GEMMs read, and rounded to the compute type for the HP ones.
+  const bool need_row = st.need_dx && mx_dgrad, need_col = st.need_dw && mx_wgrad;
   MxTensor dy_row, dy_col;
-  if (st.need_dx && st.need_dw) {
+  if (need_row && need_col) {
     DualMx d = groups ? QuantizeDualGrouped(dy2, *groups, qg) : QuantizeDual(dy2, qg);
     dy_row = std::move(d.rowwise);
     dy_col = std::move(d.columnwise);
-  } else if (st.need_dx) {
+  } else if (need_row) {
     dy_row = QuantizeRowwise(dy2, qg);
-  } else if (st.need_dw) {
+  } else if (need_col) {
     dy_col = groups ? QuantizeGrouped(dy2, *groups, qg) : QuantizeColumnwise(dy2, qg);
+  }
+  Tensor dyc;
+  if ((st.need_dx && !mx_dgrad) || (st.need_dw && !mx_wgrad)) {
+    dyc = CastTo(dy2, c, MemoryCategory::kWorkspace, threads);
   }
 
   if (st.need_dx) {
-    MxTensor w_col = std::move(st.w_col);
-    if (!w_col.defined()) {  // deferred weight
-      CheckWeightUnchanged(l, st);
-      const QuantizeOptions qw = QuantOptions(r.weight_format(), l);
-      WeightQuantCache* cache = CacheOf(l);
-      w_col = cache ? cache->Get(w, BlockAxis::kColumnwise, qw) : QuantizeColumnwise(w.value(), qw);
-    }
     GemmOptions o;
     o.out_dtype = st.x_dtype;
-    o.threads = l.options.threads;
+    o.threads = threads;
     o.category = MemoryCategory::kGradient;
-    g.dx = groups ? MxGroupedGemm(dy_row, w_col, *groups, o) : MxGemm(dy_row, w_col, o);
-    st.saved.Drop(w_col);  // dgrad was their only reader
+    if (!mx_dgrad) {
+      CheckWeightUnchanged(l, st);
+      const Tensor wc = CastTo(st.w_hp, c, MemoryCategory::kWorkspace, threads);
+      g.dx = groups ? HpGroupedGemm(dyc, wc, Contract::kFirst, *groups, c, o)
+                    : HpGemm(dyc, Contract::kLast, wc, Contract::kFirst, c, o);
+    } else {
+      MxTensor w_col = std::move(st.w_col);
+      if (!w_col.defined()) {  // deferred weight
+        CheckWeightUnchanged(l, st);
+        const QuantizeOptions qw = QuantOptions(r.weight_format(), l);
+        WeightQuantCache* cache = CacheOf(l);
+        w_col =
+            cache ? cache->Get(w, BlockAxis::kColumnwise, qw) : QuantizeColumnwise(w.value(), qw);
+      }
+      g.dx = groups ? MxGroupedGemm(dy_row, w_col, *groups, o) : MxGemm(dy_row, w_col, o);
+      st.saved.Drop(w_col);  // dgrad was their only reader
+    }
     st.saved.Drop(st.w_hp);
   }
   if (st.need_dw) {
-    MxTensor x_col = std::move(st.x_col);
-    if (!x_col.defined()) {  // deferred input
-      const QuantizeOptions qx = QuantOptions(r.input_format(), l);
-      x_col = groups ? QuantizeGrouped(st.x_hp, *groups, qx) : QuantizeColumnwise(st.x_hp, qx);
-    }
     const GemmOptions o = GradOptions(l, w);
-    g.dw = InParamDtype(l, w, groups ? MxGroupedWgrad(dy_col, x_col, o) : MxGemm(dy_col, x_col, o));
-    st.saved.Drop(x_col);
+    if (!mx_wgrad) {
+      g.dw = InParamDtype(l, w,
+                          groups ? HpGroupedWgrad(dyc, st.x_hp, *groups, c, o)
+                                 : HpGemm(dyc, Contract::kFirst, st.x_hp, Contract::kFirst, c, o));
+    } else {
+      MxTensor x_col = std::move(st.x_col);
+      if (!x_col.defined()) {  // deferred input
+        const QuantizeOptions qx = QuantOptions(r.input_format(), l);
+        x_col = groups ? QuantizeGrouped(st.x_hp, *groups, qx) : QuantizeColumnwise(st.x_hp, qx);
+      }
+      g.dw =
+          InParamDtype(l, w, groups ? MxGroupedWgrad(dy_col, x_col, o) : MxGemm(dy_col, x_col, o));
+      st.saved.Drop(x_col);
+    }
     st.saved.Drop(st.x_hp);
   }
 }
@@ -328,6 +427,7 @@ Grads LinearBackward(const LayerView& layer, const Tensor& dy, OpContext ctx) {
 
   Grads g;
   if (l.recipe->mxfp8()) {
+    RecordAutoInput(l, *st);
     BackwardMx(l, dy2, groups, *st, g);
   } else {
     BackwardHp(l, dy2, groups, *st, g);

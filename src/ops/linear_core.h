@@ -3,10 +3,12 @@
 // serves both, with `groups` null for the dense op.
 #pragma once
 
+#include <memory>
 #include <optional>
 
 #include "mxtrain/group_list.h"
 #include "mxtrain/linear.h"
+#include "ops/auto_policy.h"
 
 namespace mxtrain::internal {
 
@@ -31,6 +33,13 @@ struct OpState {
   Tensor w_hp;
   // The weight's version at the forward, when w_hp is the parameter's own buffer.
   std::optional<uint64_t> w_version;
+  // The policies the forward applied (OpContext::input_policy / weight_policy).
+  std::optional<SavePolicy> input_policy;
+  std::optional<SavePolicy> weight_policy;
+  // An auto input policy: the input's buffer, watched without keeping it, so that the
+  // backward can see whether something else kept it alive (auto_policy.h).
+  bool auto_input = false;
+  std::weak_ptr<Storage> x_watch;
 #ifndef NDEBUG
   // Debug builds: checksums of x_hp and w_hp at the forward (linear.h, "rules of a
   // context"), compared before the backward reads them.
@@ -59,6 +68,7 @@ struct LayerView {
   OpOptions options;
   bool use_weight_cache;
   const char* op;  // "linear" | "grouped linear", for messages
+  const std::shared_ptr<AutoRecord>* auto_record;
 };
 
 Forwarded LinearForward(const LayerView& layer, const Tensor& x, const GroupList* groups,

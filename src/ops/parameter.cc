@@ -18,6 +18,8 @@ Parameter::Parameter(Tensor value, std::string name, bool requires_grad)
   MXTRAIN_CHECK(value_.defined() && value_.rank() >= 1 &&
                     (value_.dtype() == DType::kF32 || value_.dtype() == DType::kBF16),
                 "parameter '", name_, "' must be an f32 or bf16 tensor of rank >= 1");
+  // A backward's reference to the value costs nothing: it lives for the whole training.
+  if (value_.storage()->backward_holds() == 0) value_.storage()->MarkPersistent();
 }
 
 Tensor& Parameter::main_grad() {

@@ -49,7 +49,9 @@ SavedMemory SavedTensors::memory() const {
   SavedMemory m;
   for (const auto& s : held_) {
     const auto bytes = static_cast<int64_t>(s->bytes());
-    if (s->category() == MemoryCategory::kSavedForBackward) {
+    if (s->persistent()) {
+      m.persistent_bytes += bytes;
+    } else if (s->category() == MemoryCategory::kSavedForBackward) {
       m.allocated_bytes += bytes;
     } else {
       m.referenced_bytes += bytes;
