@@ -146,20 +146,7 @@ int RunOpsBench(const ParsedArgs& args) {
   const std::vector<OpsBenchConfig> configs = StandardOpsBenchConfigs();
   for (const OpsBenchCase& c : cases) {
     const std::vector<OpsBenchResult> results = MeasureOpsBench(c, configs, reps);
-    const OpsBenchResult* bf16 = nullptr;
-    const OpsBenchResult* quantized[2] = {nullptr, nullptr};  // by reuse
-    for (const OpsBenchResult& r : results) {
-      if (r.config.precision == Precision::kBf16) bf16 = &r;
-      if (r.config.precision == Precision::kMxfp8 &&
-          r.config.input_policy == SavePolicy::kQuantized &&
-          r.config.weight_policy == SavePolicy::kQuantized) {
-        quantized[r.config.reuse] = &r;
-      }
-    }
-    for (const OpsBenchResult& r : results) {
-      const bool mx = r.config.precision == Precision::kMxfp8;
-      std::cout << ToJson(r, bf16, mx ? quantized[r.config.reuse] : nullptr) << std::endl;
-    }
+    for (size_t i = 0; i < results.size(); ++i) std::cout << ToJson(results, i) << std::endl;
   }
   return 0;
 }

@@ -4,6 +4,7 @@
 // written), 3 the loss became NaN or Inf (the last checkpoint stays intact).
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -30,24 +31,32 @@ namespace {
 
 constexpr char kUsage[] =
     R"(usage: mxtrain train [--runs LIST | --precision fp32|bf16|mxfp8] [--recipe e4m3|hybrid]
-         [--scale rceil|floor|ceil|even] [--input-policy quantized|deferred]
-         [--weight-policy quantized|deferred] [--reuse-weights] [--steps N] [--data FILE]
-         [--out DIR] [--seed S] [--threads T] [--checkpoint-every N] [--resume DIR]
-         [--d-model D] [--layers L] [--heads H] [--experts E] [--top-k K] [--d-ff F]
-         [--context T] [--batch B] [--micro-batches M] [--lr LR] [--warmup N]
-         [--eval-every N] [--stop-after N]
+         [--scale rceil|floor|ceil|even] [--input-policy quantized|deferred|auto]
+         [--weight-policy quantized|deferred|auto] [--reuse-weights]
+         [--hp-gemms fprop,dgrad,wgrad] [--hp-precision bf16|fp32] [--steps N]
+         [--data FILE] [--out DIR] [--seed S] [--threads T] [--checkpoint-every N]
+         [--resume DIR] [--model tiny|small] [--d-model D] [--layers L] [--heads H]
+         [--experts E] [--top-k K] [--d-ff F] [--context T] [--batch B]
+         [--micro-batches M] [--lr LR] [--warmup N] [--eval-every N] [--stop-after N]
   Trains a byte-level decoder-only transformer with mixture-of-experts blocks (every
   matmul through the MXFP8 Linear / GroupedLinear ops) and prints, per run, the final
   train and validation loss, the gap to bf16, tokens/s, step time, peak memory and
-  saved-for-backward bytes. With no arguments: runs bf16, mxfp8-quantized and
-  mxfp8-deferred on the built-in corpus with the same seed.
-  --runs LIST        any of bf16, fp32, mxfp8-quantized, mxfp8-deferred (comma-separated;
-                     default bf16,mxfp8-quantized,mxfp8-deferred). The mxfp8 runs set both
-                     save policies as named and reuse quantized weights across the
-                     micro-batches of a step; --recipe and --scale apply to them.
+  saved-for-backward bytes. With no arguments: runs bf16, mxfp8-quantized,
+  mxfp8-deferred and mxfp8-auto on the built-in corpus with the same seed.
+  --runs LIST        any of bf16, fp32, mxfp8-quantized, mxfp8-deferred, mxfp8-auto
+                     (comma-separated; default bf16,mxfp8-quantized,mxfp8-deferred,
+                     mxfp8-auto). The mxfp8 runs set both save policies as named and
+                     reuse quantized weights across the micro-batches of a step;
+                     --recipe and --scale apply to them.
   --precision P      one run in precision P instead; for mxfp8 the recipe, scale rule,
-                     policies (default quantized) and --reuse-weights apply, and are
-                     errors with fp32 or bf16
+                     policies (default quantized; auto: per layer, what holds less),
+                     --reuse-weights and --hp-gemms apply, and are errors with fp32 or bf16
+  --hp-gemms LIST    with --precision mxfp8: these GEMMs in high precision (bf16, or
+                     --hp-precision fp32) instead of MXFP8; a role an HP GEMM reads
+                     takes no policy
+  --model NAME       tiny (default: the sizes below) or small (d_model 512, 8 heads,
+                     d_ff 1024, context 256; batch 8, 2 micro-batches): the size flags
+                     below override a preset's
   --steps N          optimizer steps per run (default 200)
   --data FILE        train on FILE's bytes (last tenth for validation) instead of the
                      built-in corpus
@@ -62,7 +71,8 @@ constexpr char kUsage[] =
                      model flags); writes into DIR unless --out is given
   --stop-after N     stop each run after step N of the --steps schedule, checkpointing
                      there (continue later with --resume)
-  model: --d-model 128 --layers 2 --heads 4 --experts 4 --top-k 2 --d-ff 256 --context 64
+  model (tiny): --d-model 128 --layers 2 --heads 4 --experts 4 --top-k 2 --d-ff 256
+                --context 64
   batch: --batch 16 sequences per micro-batch, --micro-batches 4 (gradient accumulation)
   optimizer: --lr 3e-3 peak (cosine to a tenth), --warmup 20 steps; --eval-every 50
 Progress goes to stderr (a bar when it is a terminal). Exit codes: 0 done, 2 bad input
@@ -88,21 +98,29 @@ std::vector<RunSpec> RunSpecs(const ParsedArgs& args) {
     if (args.Has("input-policy")) o.input_policy = ParseSavePolicy(args.Get("input-policy"));
     if (args.Has("weight-policy")) o.weight_policy = ParseSavePolicy(args.Get("weight-policy"));
     o.reuse_quantized_weights = args.Has("reuse-weights");
+    if (args.Has("hp-gemms")) o.hp_gemms = ParseGemmSet(args.Get("hp-gemms"));
+    if (args.Has("hp-precision")) o.hp_precision = ParsePrecision(args.Get("hp-precision"));
     const Recipe r = Recipe::Make(o);  // rejects MXFP8 options with fp32 / bf16
     std::string name(Name(r.precision()));
     if (r.mxfp8()) {
       name = r.input_policy() == r.weight_policy()
                  ? StrCat("mxfp8-", Name(r.input_policy()))
                  : StrCat("mxfp8-in-", Name(r.input_policy()), "-w-", Name(r.weight_policy()));
+      if (!r.hp_gemms().empty()) {
+        std::string hp = Name(r.hp_gemms());
+        std::replace(hp.begin(), hp.end(), ',', '-');
+        name = StrCat("mxfp8-hp-", hp, "-",
+                      Name(r.compute_dtype() == DType::kF32 ? Precision::kFp32 : Precision::kBf16));
+      }
     }
     specs.push_back({name, r});
     return specs;
   }
-  for (const char* flag : {"input-policy", "weight-policy"}) {
+  for (const char* flag : {"input-policy", "weight-policy", "hp-gemms", "hp-precision"}) {
     MXTRAIN_CHECK(!args.Has(flag), "--", flag,
                   " needs --precision mxfp8 (the --runs presets set the policies)");
   }
-  const std::string list = args.Get("runs", "bf16,mxfp8-quantized,mxfp8-deferred");
+  const std::string list = args.Get("runs", "bf16,mxfp8-quantized,mxfp8-deferred,mxfp8-auto");
   size_t begin = 0;
   bool any_mx = false;
   while (true) {
@@ -114,9 +132,8 @@ std::vector<RunSpec> RunSpecs(const ParsedArgs& args) {
     RecipeOptions o;
     if (name == "bf16" || name == "fp32") {
       o.precision = ParsePrecision(name);
-    } else if (name == "mxfp8-quantized" || name == "mxfp8-deferred") {
-      const SavePolicy p =
-          name == "mxfp8-quantized" ? SavePolicy::kQuantized : SavePolicy::kDeferred;
+    } else if (name == "mxfp8-quantized" || name == "mxfp8-deferred" || name == "mxfp8-auto") {
+      const SavePolicy p = ParseSavePolicy(name.substr(6));
       o.precision = Precision::kMxfp8;
       o.formats = formats;
       o.scale = scale;
@@ -125,7 +142,8 @@ std::vector<RunSpec> RunSpecs(const ParsedArgs& args) {
       o.reuse_quantized_weights = true;
       any_mx = true;
     } else {
-      Fail("--runs entry '", name, "' is not one of bf16, fp32, mxfp8-quantized, mxfp8-deferred");
+      Fail("--runs entry '", name,
+           "' is not one of bf16, fp32, mxfp8-quantized, mxfp8-deferred, mxfp8-auto");
     }
     specs.push_back({name, Recipe::Make(o)});
     if (comma == std::string::npos) break;
@@ -200,17 +218,23 @@ int Train(const ParsedArgs& args) {
 
   TrainConfig base;
   ModelConfig& m = base.model;
-  m.d_model = ParseInt(args.Get("d-model", "128"), "--d-model", 1, 8192);
-  m.n_layers = ParseInt(args.Get("layers", "2"), "--layers", 1, 64);
-  m.n_heads = ParseInt(args.Get("heads", "4"), "--heads", 1, 256);
-  m.n_experts = ParseInt(args.Get("experts", "4"), "--experts", 1, 256);
-  m.top_k = ParseInt(args.Get("top-k", "2"), "--top-k", 1, 256);
-  m.d_ff = ParseInt(args.Get("d-ff", "256"), "--d-ff", 1, 65536);
-  m.context = ParseInt(args.Get("context", "64"), "--context", 1, 4096);
+  const std::string preset = args.Get("model", "tiny");
+  m = ModelConfig::Preset(preset);
+  const auto size = [&](const char* flag, int64_t preset_value, int64_t max) {
+    return ParseInt(args.Get(flag, std::to_string(preset_value)), StrCat("--", flag), 1, max);
+  };
+  m.d_model = size("d-model", m.d_model, 8192);
+  m.n_layers = size("layers", m.n_layers, 64);
+  m.n_heads = size("heads", m.n_heads, 256);
+  m.n_experts = size("experts", m.n_experts, 256);
+  m.top_k = size("top-k", m.top_k, 256);
+  m.d_ff = size("d-ff", m.d_ff, 65536);
+  m.context = size("context", m.context, 4096);
   m.Validate();
+  const bool small = preset == "small";
   base.steps = ParseInt(args.Get("steps", "200"), "--steps", 1, 10000000);
-  base.batch_size = ParseInt(args.Get("batch", "16"), "--batch", 1, 65536);
-  base.micro_batches = ParseInt(args.Get("micro-batches", "4"), "--micro-batches", 1, 1024);
+  base.batch_size = size("batch", small ? 8 : 16, 65536);
+  base.micro_batches = size("micro-batches", small ? 2 : 4, 1024);
   base.seed = static_cast<uint64_t>(
       ParseInt(args.Get("seed", "1"), "--seed", 0, std::numeric_limits<int64_t>::max()));
   base.threads = static_cast<int>(ParseInt(args.Get("threads", "0"), "--threads", 0, 1024));
@@ -332,6 +356,9 @@ int RunTrain(const std::vector<std::string>& argv) {
                                                {"input-policy"},
                                                {"weight-policy"},
                                                {"reuse-weights", false},
+                                               {"hp-gemms"},
+                                               {"hp-precision"},
+                                               {"model"},
                                                {"steps"},
                                                {"data"},
                                                {"out"},

@@ -91,13 +91,14 @@ void ExpectCheckpointLoads(const std::string& path, int64_t step) {
 TEST_F(CliTrainTest, WritesTheRunDirectory) {
   const RunResult r = RunTrain({"--steps", "4", "--out", Out("run")});
   ASSERT_EQ(r.code, 0) << r.err;
-  for (const char* want : {"gap_bf16", "\nbf16 ", "\nmxfp8-quantized ", "\nmxfp8-deferred "}) {
+  for (const char* want :
+       {"gap_bf16", "\nbf16 ", "\nmxfp8-quantized ", "\nmxfp8-deferred ", "\nmxfp8-auto "}) {
     EXPECT_NE(r.out.find(want), std::string::npos) << want << " in\n" << r.out;
   }
   const internal::Json summary = internal::ParseJson(ReadBytes(Out("run/summary.json")));
-  ASSERT_EQ(summary.size(), 3u);
-  const char* names[] = {"bf16", "mxfp8-quantized", "mxfp8-deferred"};
-  for (size_t i = 0; i < 3; ++i) {
+  ASSERT_EQ(summary.size(), 4u);
+  const char* names[] = {"bf16", "mxfp8-quantized", "mxfp8-deferred", "mxfp8-auto"};
+  for (size_t i = 0; i < 4; ++i) {
     const internal::Json& s = summary.at(i);
     EXPECT_EQ(s.at("name").get<std::string>(), names[i]);
     for (const char* key : {"final_train_loss", "final_val_loss", "tokens_per_s", "step_ms"}) {
@@ -113,9 +114,29 @@ TEST_F(CliTrainTest, WritesTheRunDirectory) {
   EXPECT_TRUE(summary.at(0).at("input_policy").is_null());
   EXPECT_EQ(summary.at(1).at("input_policy").get<std::string>(), "quantized");
   EXPECT_EQ(summary.at(2).at("weight_policy").get<std::string>(), "deferred");
-  // The two MXFP8 policies compute the same numbers.
-  EXPECT_EQ(summary.at(1).at("final_val_loss").get<double>(),
-            summary.at(2).at("final_val_loss").get<double>());
+  // The MXFP8 policies compute the same numbers.
+  for (size_t i : {2, 3}) {
+    EXPECT_EQ(summary.at(1).at("final_val_loss").get<double>(),
+              summary.at(i).at("final_val_loss").get<double>());
+  }
+  // Per layer, what each run saved: auto references the bf16 input Q, K and V share and the
+  // parameters, and quantizes the single-consumer inputs (linear.h "The auto policy").
+  EXPECT_TRUE(summary.at(0).at("policies").is_null());
+  const internal::Json& fixed = summary.at(1).at("policies");
+  EXPECT_EQ(fixed.size(), 6u + 1);  // the block's q, k, v, o, w13, w2; the LM head
+  EXPECT_EQ(fixed.at("layers.0.attn.wq").at("input").get<std::string>(), "quantized");
+  const internal::Json& autos = summary.at(3).at("policies");
+  for (const char* layer : {"layers.0.attn.wq", "layers.0.attn.wk", "layers.0.attn.wv"}) {
+    EXPECT_EQ(autos.at(layer).at("input").get<std::string>(), "deferred") << layer;
+  }
+  for (const char* layer : {"layers.0.attn.wo", "layers.0.moe.w13", "layers.0.moe.w2", "lm_head"}) {
+    EXPECT_EQ(autos.at(layer).at("input").get<std::string>(), "quantized") << layer;
+    EXPECT_EQ(autos.at(layer).at("weight").get<std::string>(), "deferred") << layer;
+  }
+  // Held for the backward: auto at most the smaller of the two fixed policies.
+  EXPECT_LE(summary.at(3).at("saved_bytes").get<int64_t>(),
+            std::min(summary.at(1).at("saved_bytes").get<int64_t>(),
+                     summary.at(2).at("saved_bytes").get<int64_t>()));
   EXPECT_NE(ReadBytes(Out("run/plot.svg")).find("<svg"), std::string::npos);
 }
 
@@ -130,6 +151,44 @@ TEST_F(CliTrainTest, OneRunWithItsRecipe) {
             "mxfp8 hybrid floor input=deferred weight=quantized");
   EXPECT_EQ(summary.at(0).at("cache_hits").get<int64_t>(), 0);  // no --reuse-weights
   EXPECT_EQ(r.out.find("gap_bf16") != std::string::npos, true);
+}
+
+TEST_F(CliTrainTest, HighPrecisionGemmsAndTheSmallModel) {
+  const RunResult r = RunTrain({"--precision", "mxfp8", "--hp-gemms", "wgrad", "--weight-policy",
+                                "auto", "--steps", "2", "--out", Out("hp")});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const internal::Json summary = internal::ParseJson(ReadBytes(Out("hp/summary.json")));
+  EXPECT_EQ(summary.at(0).at("name").get<std::string>(), "mxfp8-hp-wgrad-bf16");
+  EXPECT_EQ(summary.at(0).at("recipe").get<std::string>(),
+            "mxfp8 e4m3 rceil input=quantized weight=auto hp=wgrad:bf16");
+  const internal::Json& lm = summary.at(0).at("policies").at("lm_head");
+  EXPECT_EQ(lm.at("input").get<std::string>(), "hp");
+  EXPECT_EQ(lm.at("weight").get<std::string>(), "deferred");
+  // Contradictions and unknown names: one line, exit 2, nothing written.
+  for (const auto& [args, needle] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"--precision", "mxfp8", "--hp-gemms", "wgrad", "--input-policy", "deferred"},
+            "contradicts a high-precision wgrad"},
+           {{"--precision", "mxfp8", "--hp-gemms", "fprop,dgrad,wgrad"}, "use precision bf16"},
+           {{"--precision", "mxfp8", "--hp-gemms", "xgrad"}, "unknown GEMM 'xgrad'"},
+           {{"--hp-gemms", "wgrad"}, "--hp-gemms needs --precision mxfp8"},
+           {{"--model", "medium"}, "unknown model preset 'medium'"}}) {
+    std::vector<std::string> a = args;
+    a.insert(a.end(), {"--steps", "1", "--out", Out("bad")});
+    const RunResult bad = RunTrain(a);
+    EXPECT_EQ(bad.code, 2) << needle;
+    EXPECT_NE(bad.err.find(needle), std::string::npos) << bad.err;
+    EXPECT_FALSE(std::filesystem::exists(Out("bad/summary.json"))) << needle;
+  }
+  // The small preset's sizes, overridable flag by flag (one short step).
+  const RunResult small =
+      Run({"train", "--precision",     "mxfp8",     "--input-policy", "auto", "--model",
+           "small", "--layers",        "1",         "--context",      "32",   "--batch",
+           "2",     "--micro-batches", "1",         "--steps",        "1",    "--threads",
+           "2",     "--out",           Out("small")});
+  ASSERT_EQ(small.code, 0) << small.err;
+  for (const char* want : {"d_model=512", "heads=8", "d_ff=1024", "context=32", "x 1 micro"}) {
+    EXPECT_NE(small.out.find(want), std::string::npos) << want << " in " << small.out;
+  }
 }
 
 TEST_F(CliTrainTest, ResumeContinuesBitForBit) {

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <memory>
 #include <sstream>
 
@@ -71,6 +72,9 @@ std::vector<OpsBenchConfig> StandardOpsBenchConfigs() {
         configs.push_back({Precision::kMxfp8, ip, wp, reuse});
       }
     }
+  }
+  for (bool reuse : {false, true}) {
+    configs.push_back({Precision::kMxfp8, SavePolicy::kAuto, SavePolicy::kAuto, reuse});
   }
   return configs;
 }
@@ -143,18 +147,25 @@ class Stack {
     }
   }
 
-  // Forward and backward of every micro-batch, then the optimizer step. Fills `saved`
-  // with what each layer's context keeps in the first micro-batch.
-  void Step(int micro_batches, std::vector<SavedMemory>& saved) {
+  // Forward and backward of every micro-batch, then the optimizer step. Fills `layers`
+  // with what each layer's context keeps in the first micro-batch and the policies it
+  // applied in the last.
+  void Step(int micro_batches, std::vector<OpsBenchResult::Layer>& layers) {
     const size_t n = shared_.weights.size();
-    saved.assign(n, SavedMemory{});
+    layers.resize(n);
     for (int mb = 0; mb < micro_batches; ++mb) {
       std::vector<OpContext> ctx(n);
       for (size_t l = 0; l < n; ++l) {
-        Forwarded f = dense_.empty() ? grouped_[l]->Forward(shared_.inputs[l], shared_.groups)
-                                     : dense_[l]->Forward(shared_.inputs[l]);
+        // A fresh input per micro-batch, dropped after the forward (as an activation).
+        const Tensor& src = shared_.inputs[l];
+        Tensor x = Tensor::Empty(src.dtype(), src.shape(), MemoryCategory::kActivation);
+        std::memcpy(x.raw(), src.raw(), src.NumBytes());
+        Forwarded f =
+            dense_.empty() ? grouped_[l]->Forward(x, shared_.groups) : dense_[l]->Forward(x);
         ctx[l] = std::move(f.ctx);
-        if (mb == 0) saved[l] = ctx[l].saved_memory();
+        if (mb == 0) layers[l].saved = ctx[l].saved_memory();
+        layers[l].input_policy = ctx[l].input_policy();
+        layers[l].weight_policy = ctx[l].weight_policy();
       }
       for (size_t l = n; l-- > 0;) {
         if (dense_.empty()) {
@@ -199,7 +210,9 @@ int64_t ClosedFormSaved(const OpsBenchCase& c, const OpsBenchConfig& config) {
       bytes += 2 * w_elems;  // the bf16 copy of the fp32 weight (inputs are bf16 already)
       continue;
     }
-    if (config.input_policy == SavePolicy::kQuantized) bytes += (c.tokens + x_scale_rows) * l.in;
+    // Auto: the input, a fresh bf16 buffer that one layer takes, is quantized; the weight,
+    // a parameter, deferred (linear.h "The auto policy").
+    if (config.input_policy != SavePolicy::kDeferred) bytes += (c.tokens + x_scale_rows) * l.in;
     if (config.weight_policy == SavePolicy::kQuantized && !config.reuse) {
       bytes += w_elems + experts * CeilDiv(l.out, 32) * l.in;
     }
@@ -227,21 +240,19 @@ std::vector<OpsBenchResult> MeasureOpsBench(const OpsBenchCase& c,
     results[i].gemm =
         configs[i].precision == Precision::kMxfp8 ? CurrentGemmPath() : HpGemmRoute(DType::kBF16);
     results[i].closed_form_saved_bytes = ClosedFormSaved(c, configs[i]);
-    for (const LayerShape& l : Shapes(c)) results[i].layers.push_back({l.name, {}});
-    std::vector<SavedMemory> ignored;
-    stacks[i]->Step(c.micro_batches, ignored);  // warm-up: page in buffers, create primitives
+    for (const LayerShape& l : Shapes(c)) results[i].layers.push_back({l.name, {}, {}, {}});
+    // Warm-up: page in buffers, create primitives (and let auto learn).
+    stacks[i]->Step(c.micro_batches, results[i].layers);
   }
   for (int round = 0; round < steps; ++round) {
     for (size_t i = 0; i < configs.size(); ++i) {
       ResetMemoryPeaks();
-      std::vector<SavedMemory> saved;
+      OpsBenchResult& r = results[i];
       const auto t0 = std::chrono::steady_clock::now();
-      stacks[i]->Step(c.micro_batches, saved);
+      stacks[i]->Step(c.micro_batches, r.layers);
       const auto t1 = std::chrono::steady_clock::now();
       ms[i].push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
       const MemoryReport m = ReadMemory();
-      OpsBenchResult& r = results[i];
-      for (size_t l = 0; l < saved.size(); ++l) r.layers[l].saved = saved[l];
       r.peak_bytes = std::max(r.peak_bytes, m.total.peak_bytes);
       r.peak_held_for_backward = std::max(r.peak_held_for_backward, m.held_for_backward.peak_bytes);
       for (int k = 0; k < kNumMemoryCategories; ++k) {
@@ -253,8 +264,26 @@ std::vector<OpsBenchResult> MeasureOpsBench(const OpsBenchCase& c,
   return results;
 }
 
-std::string ToJson(const OpsBenchResult& r, const OpsBenchResult* bf16,
-                   const OpsBenchResult* quantized) {
+std::string ToJson(const std::vector<OpsBenchResult>& results, size_t i) {
+  const OpsBenchResult& r = results.at(i);
+  const bool mx = r.config.precision == Precision::kMxfp8;
+  const auto find = [&](Precision p, SavePolicy policy) -> const OpsBenchResult* {
+    for (const OpsBenchResult& o : results) {
+      if (o.config.precision != p) continue;
+      if (p != Precision::kMxfp8) return &o;
+      if (o.config.input_policy == policy && o.config.weight_policy == policy &&
+          o.config.reuse == r.config.reuse) {
+        return &o;
+      }
+    }
+    return nullptr;
+  };
+  const OpsBenchResult* bf16 = find(Precision::kBf16, SavePolicy::kQuantized);
+  const OpsBenchResult* quantized = mx ? find(Precision::kMxfp8, SavePolicy::kQuantized) : nullptr;
+  const OpsBenchResult* deferred = mx ? find(Precision::kMxfp8, SavePolicy::kDeferred) : nullptr;
+  const auto policy = [](const std::optional<SavePolicy>& p) {
+    return p ? StrCat("\"", Name(*p), "\"") : std::string("null");
+  };
   const auto saved = r.peak_by_category[static_cast<int>(MemoryCategory::kSavedForBackward)];
   std::ostringstream os;
   os << "{\"case\": \"" << r.c.name << "\", \"precision\": \"" << Name(r.config.precision)
@@ -283,7 +312,10 @@ std::string ToJson(const OpsBenchResult& r, const OpsBenchResult* bf16,
   for (size_t l = 0; l < r.layers.size(); ++l) {
     os << (l ? ", " : "") << "{\"name\": \"" << r.layers[l].name
        << "\", \"allocated_bytes\": " << r.layers[l].saved.allocated_bytes
-       << ", \"referenced_bytes\": " << r.layers[l].saved.referenced_bytes << "}";
+       << ", \"referenced_bytes\": " << r.layers[l].saved.referenced_bytes
+       << ", \"persistent_bytes\": " << r.layers[l].saved.persistent_bytes
+       << ", \"input_policy\": " << policy(r.layers[l].input_policy)
+       << ", \"weight_policy\": " << policy(r.layers[l].weight_policy) << "}";
   }
   os << "], \"bf16_step_ms\": " << (bf16 ? JsonNumber(bf16->step_ms) : "null")
      << ", \"ratio_to_bf16\": " << (bf16 ? JsonNumber(r.step_ms / bf16->step_ms) : "null")
@@ -295,6 +327,12 @@ std::string ToJson(const OpsBenchResult& r, const OpsBenchResult* bf16,
   } else {
     os << "null";
   }
+  const auto fixed = [&](const char* name, const OpsBenchResult* f) {
+    os << ", \"" << name << "_step_ms\": " << (f ? JsonNumber(f->step_ms) : "null") << ", \""
+       << name << "_saved_bytes\": " << (f ? std::to_string(f->peak_held_for_backward) : "null");
+  };
+  fixed("quantized", quantized);
+  fixed("deferred", deferred);
   os << "}";
   return os.str();
 }

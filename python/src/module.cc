@@ -318,7 +318,9 @@ PYBIND11_MODULE(_C, m) {
   py::class_<Recipe>(m, "Recipe")
       .def(py::init([](const std::string& precision, std::optional<std::string> formats,
                        std::optional<std::string> scale, std::optional<std::string> input_policy,
-                       std::optional<std::string> weight_policy, bool reuse) {
+                       std::optional<std::string> weight_policy, bool reuse,
+                       std::optional<std::string> hp_gemms,
+                       std::optional<std::string> hp_precision) {
              RecipeOptions o;
              o.precision = ParsePrecision(precision);
              o.formats = OptionalParse(formats, &ParseRecipeFormats);
@@ -326,11 +328,14 @@ PYBIND11_MODULE(_C, m) {
              o.input_policy = OptionalParse(input_policy, &ParseSavePolicy);
              o.weight_policy = OptionalParse(weight_policy, &ParseSavePolicy);
              o.reuse_quantized_weights = reuse;
+             o.hp_gemms = OptionalParse(hp_gemms, &ParseGemmSet);
+             o.hp_precision = OptionalParse(hp_precision, &ParsePrecision);
              return Recipe::Make(o);
            }),
            py::arg("precision") = "mxfp8", py::arg("formats") = std::nullopt,
            py::arg("scale") = std::nullopt, py::arg("input_policy") = std::nullopt,
-           py::arg("weight_policy") = std::nullopt, py::arg("reuse_quantized_weights") = false)
+           py::arg("weight_policy") = std::nullopt, py::arg("reuse_quantized_weights") = false,
+           py::arg("hp_gemms") = std::nullopt, py::arg("hp_precision") = std::nullopt)
       .def("__repr__", &Recipe::ToString)
       .def("__str__", &Recipe::ToString);
 
@@ -349,6 +354,18 @@ PYBIND11_MODULE(_C, m) {
   py::class_<OpContext>(m, "OpContext")
       .def_property_readonly("defined", &OpContext::defined)
       .def_property_readonly("spent", &OpContext::spent)
+      .def_property_readonly("input_policy",
+                             [](const OpContext& c) -> std::optional<std::string> {
+                               const auto p = c.input_policy();
+                               if (!p) return std::nullopt;
+                               return std::string(Name(*p));
+                             })
+      .def_property_readonly("weight_policy",
+                             [](const OpContext& c) -> std::optional<std::string> {
+                               const auto p = c.weight_policy();
+                               if (!p) return std::nullopt;
+                               return std::string(Name(*p));
+                             })
       .def_property_readonly("saved_memory", [](const OpContext& c) {
         const SavedMemory s = c.saved_memory();
         py::dict d;

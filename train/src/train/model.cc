@@ -162,6 +162,13 @@ LossParts Model::ForwardBackward(std::span<const int32_t> ids, std::span<const i
   Tape tape;
   tape.blocks.resize(blocks_.size());
   LossParts out;
+  std::vector<LayerPolicy> policies;
+  const auto note = [&](const LinearParams& l, const OpContext& ctx) {
+    if (!recipe_.mxfp8()) return;
+    std::string name = l.weight().name();
+    if (name.ends_with(".weight")) name.resize(name.size() - 7);
+    policies.push_back({std::move(name), ctx.input_policy(), ctx.weight_policy()});
+  };
 
   // Forward.
   Tensor x = nn::EmbeddingForward(embed_->value(), ids, th);
@@ -176,12 +183,16 @@ LossParts Model::ForwardBackward(std::span<const int32_t> ids, std::span<const i
     t.q = F32(q.y);
     t.k = F32(kk.y);
     t.v = F32(v.y);
+    note(*b.wq, q.ctx);
+    note(*b.wk, kk.ctx);
+    note(*b.wv, v.ctx);
     t.cq = std::move(q.ctx);
     t.ck = std::move(kk.ctx);
     t.cv = std::move(v.ctx);
     nn::AttentionOut att = nn::CausalAttentionForward(t.q, t.k, t.v, batch, heads, th);
     t.probs = att.probs;
     Forwarded o = b.wo->Forward(In(att.out));
+    note(*b.wo, o.ctx);
     t.co = std::move(o.ctx);
     t.x_mid = nn::Add(x, F32(o.y), th);
     nn::RmsNormOut n2 = nn::RmsNormForward(t.x_mid, b.norm2->value(), kNormEps, th);
@@ -193,9 +204,11 @@ LossParts Model::ForwardBackward(std::span<const int32_t> ids, std::span<const i
     t.perm = nn::MakePermutation(t.route.experts, n, k, e);
     Forwarded gu = b.w13->Forward(In(nn::Permute(n2.y, t.perm, th)), t.perm.groups);
     t.gu = F32(gu.y);
+    note(*b.w13, gu.ctx);
     t.c13 = std::move(gu.ctx);
     Forwarded ys = b.w2->Forward(In(nn::SwiGluForward(t.gu, th)), t.perm.groups);
     t.ys = F32(ys.y);
+    note(*b.w2, ys.ctx);
     t.c2 = std::move(ys.ctx);
     x = nn::Add(t.x_mid, nn::Unpermute(t.ys, t.perm, t.route.weights, th), th);
     for (const Tensor* s : {&t.x_in, &t.rstd1, &t.q, &t.k, &t.v, &t.probs, &t.x_mid, &t.rstd2,
@@ -211,6 +224,7 @@ LossParts Model::ForwardBackward(std::span<const int32_t> ids, std::span<const i
   Tensor dlogits;
   {
     Forwarded logits = lm_head_->Forward(In(nf.y));
+    note(*lm_head_, logits.ctx);
     tape.head = std::move(logits.ctx);
     out.loss = nn::CrossEntropy(F32(logits.y), targets, &dlogits, grad_scale, th);
   }
@@ -259,6 +273,7 @@ LossParts Model::ForwardBackward(std::span<const int32_t> ids, std::span<const i
     t = Tape::BlockTape();  // releases the block's holds
   }
   nn::EmbeddingBackward(dx, ids, embed_->main_grad());
+  last_policies_ = std::move(policies);
   return out;
 }
 

@@ -28,6 +28,17 @@ void ModelConfig::Validate() const {
                 "model: aux_loss_coef must be finite and >= 0, got ", aux_loss_coef);
 }
 
+ModelConfig ModelConfig::Preset(std::string_view name) {
+  ModelConfig c;
+  if (name == "tiny") return c;
+  MXTRAIN_CHECK(name == "small", "unknown model preset '", name, "' (expected tiny or small)");
+  c.d_model = 512;
+  c.n_heads = 8;
+  c.d_ff = 1024;
+  c.context = 256;
+  return c;
+}
+
 std::map<std::string, std::string> ModelConfig::ToMetadata() const {
   return {
       {"model.vocab", std::to_string(vocab)},         {"model.d_model", std::to_string(d_model)},

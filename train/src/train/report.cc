@@ -27,6 +27,10 @@ std::string Num(double v) {
 
 constexpr const char* kCsvHeader =
     "step,train_loss,aux_loss,val_loss,lr,grad_norm,step_ms,tokens_per_s,peak_bytes,"
+    "saved_bytes,saved_alloc_bytes,cache_hits,cache_misses,inputs_deferred,weights_deferred";
+// The header before the policy counts (checkpoints written then still resume).
+constexpr const char* kCsvHeaderV1 =
+    "step,train_loss,aux_loss,val_loss,lr,grad_norm,step_ms,tokens_per_s,peak_bytes,"
     "saved_bytes,saved_alloc_bytes,cache_hits,cache_misses";
 
 std::string Mib(int64_t bytes) {
@@ -40,10 +44,11 @@ std::string Mib(int64_t bytes) {
 std::string MetricsCsv(const std::vector<StepMetrics>& steps) {
   std::string out = std::string(kCsvHeader) + "\n";
   for (const StepMetrics& m : steps) {
-    out += StrCat(m.step, ",", Num(m.train_loss), ",", Num(m.aux_loss), ",", Num(m.val_loss), ",",
-                  Num(m.lr), ",", Num(m.grad_norm), ",", Num(m.step_ms), ",", Num(m.tokens_per_s),
-                  ",", m.peak_bytes, ",", m.saved_bytes, ",", m.saved_alloc_bytes, ",",
-                  m.cache_hits, ",", m.cache_misses, "\n");
+    out +=
+        StrCat(m.step, ",", Num(m.train_loss), ",", Num(m.aux_loss), ",", Num(m.val_loss), ",",
+               Num(m.lr), ",", Num(m.grad_norm), ",", Num(m.step_ms), ",", Num(m.tokens_per_s), ",",
+               m.peak_bytes, ",", m.saved_bytes, ",", m.saved_alloc_bytes, ",", m.cache_hits, ",",
+               m.cache_misses, ",", m.inputs_deferred, ",", m.weights_deferred, "\n");
   }
   return out;
 }
@@ -51,15 +56,17 @@ std::string MetricsCsv(const std::vector<StepMetrics>& steps) {
 std::vector<StepMetrics> ParseMetricsCsv(const std::string& csv) {
   std::istringstream in(csv);
   std::string line;
-  MXTRAIN_CHECK(std::getline(in, line) && line == kCsvHeader,
+  MXTRAIN_CHECK(std::getline(in, line) && (line == kCsvHeader || line == kCsvHeaderV1),
                 "metrics CSV does not start with the expected header");
+  const size_t fields = line == kCsvHeader ? 15 : 13;
   std::vector<StepMetrics> steps;
   while (std::getline(in, line)) {
     if (line.empty()) continue;
     std::vector<std::string> f;
     std::stringstream ls(line);
     for (std::string cell; std::getline(ls, cell, ',');) f.push_back(cell);
-    MXTRAIN_CHECK(f.size() == 13, "metrics CSV line has ", f.size(), " fields: '", line, "'");
+    MXTRAIN_CHECK(f.size() == fields, "metrics CSV line has ", f.size(), " fields, not ", fields,
+                  ": '", line, "'");
     try {
       StepMetrics m;
       m.step = std::stoll(f[0]);
@@ -69,6 +76,10 @@ std::vector<StepMetrics> ParseMetricsCsv(const std::string& csv) {
       int64_t* n[] = {&m.peak_bytes, &m.saved_bytes, &m.saved_alloc_bytes, &m.cache_hits,
                       &m.cache_misses};
       for (int i = 0; i < 5; ++i) *n[i] = std::stoll(f[8 + i]);
+      if (fields == 15) {
+        m.inputs_deferred = std::stoll(f[13]);
+        m.weights_deferred = std::stoll(f[14]);
+      }
       steps.push_back(m);
     } catch (const std::logic_error&) {
       Fail("metrics CSV line is not numeric: '", line, "'");
@@ -106,6 +117,15 @@ std::string SummaryJson(const std::vector<TrainResult>& runs) {
     o["cache_hits"] = r.cache_hits;
     o["cache_misses"] = r.cache_misses;
     o["resumed_from"] = r.resumed_from;
+    // What each MXFP8 layer saved in the last step: the auto policy's choices.
+    Json policies = mx ? Json::object() : Json();
+    for (const LayerPolicy& lp : r.policies) {
+      const auto name = [](const std::optional<SavePolicy>& p) {
+        return p ? Json(Name(*p)) : Json("hp");
+      };
+      policies[lp.layer] = Json{{"input", name(lp.input)}, {"weight", name(lp.weight)}};
+    }
+    o["policies"] = std::move(policies);
     o["seconds"] = num(r.seconds);
     list.push_back(std::move(o));
   }

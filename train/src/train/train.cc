@@ -194,6 +194,10 @@ TrainResult Train(const TrainConfig& config, const Corpus& corpus) {
         mem.by_category[static_cast<int>(MemoryCategory::kSavedForBackward)].peak_bytes;
     m.cache_hits = after.hits - before.hits;
     m.cache_misses = after.misses - before.misses;
+    for (const LayerPolicy& lp : model.last_policies()) {
+      m.inputs_deferred += lp.input == SavePolicy::kDeferred;
+      m.weights_deferred += lp.weight == SavePolicy::kDeferred;
+    }
     m.val_loss = std::numeric_limits<double>::quiet_NaN();
     if ((config.eval_every > 0 && step % config.eval_every == 0) || step == last) {
       m.val_loss = EvalLoss(model, corpus.val, config);
@@ -209,6 +213,7 @@ TrainResult Train(const TrainConfig& config, const Corpus& corpus) {
     if (config.on_step) config.on_step(m);
   }
 
+  result.policies = model.last_policies();
   for (const StepMetrics& m : result.steps) {
     result.peak_bytes = std::max(result.peak_bytes, m.peak_bytes);
     result.saved_bytes = std::max(result.saved_bytes, m.saved_bytes);

@@ -13,6 +13,7 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -47,7 +48,8 @@ struct OpsBenchConfig {
   Recipe MakeRecipe() const;
 };
 
-// bf16 first, then MXFP8 with every (input policy, weight policy, reuse) combination.
+// bf16 first, then MXFP8 with every (input policy, weight policy, reuse) combination of
+// quantized and deferred, then both policies auto with and without reuse.
 std::vector<OpsBenchConfig> StandardOpsBenchConfigs();
 
 struct OpsBenchResult {
@@ -73,27 +75,33 @@ struct OpsBenchResult {
   struct Layer {
     std::string name;  // "qkv", "proj", "fc1", "fc2" | "expert_fc1", "expert_fc2"
     SavedMemory saved;
+    // The policies its forward applied (auto resolved), in the last measured step.
+    std::optional<SavePolicy> input_policy, weight_policy;
   };
   std::vector<Layer> layers;
 };
 
-// One result per config, in order. The configs share the case's weights, inputs and
+// One result per config, in order. The configs share the case's weights, input values and
 // output gradients (so the step's fixed bytes are counted once) and run interleaved: one
 // warm-up step each, then `steps` rounds of one step of every config, so that a noisy
-// machine slows all of them alike. Medians.
+// machine slows all of them alike. Medians. Each micro-batch's input is a fresh buffer
+// that the stack drops after the forward, as a model's activations are: it lives on only
+// if a context references it.
 std::vector<OpsBenchResult> MeasureOpsBench(const OpsBenchCase& c,
                                             const std::vector<OpsBenchConfig>& configs, int steps);
 
-// One JSON line: {"case", "precision", "input_policy", "weight_policy", "reuse", "tokens",
-// "hidden", "ffn", "experts", "micro_batches", "threads", "gemm", "baseline" (bf16's
-// "gemm"), "step_ms", "peak_bytes",
-// "saved_bytes" (peak held for backward), "saved_allocated_bytes" (peak of category
-// saved_for_backward), "closed_form_saved_bytes", "peak_by_category": {...}, "layers":
-// [{"name", "allocated_bytes", "referenced_bytes"}, ...],
-// "bf16_step_ms", "ratio_to_bf16" (step_ms / bf16's), "time_vs_quantized" (step_ms over
-// the run with both policies quantized and the same reuse), "saved_vs_quantized_bytes"
-// (that run's saved_allocated_bytes minus this one's)}. bf16 and quantized may be null.
-std::string ToJson(const OpsBenchResult& r, const OpsBenchResult* bf16,
-                   const OpsBenchResult* quantized);
+// One JSON line for results[i]: {"case", "precision", "input_policy", "weight_policy",
+// "reuse", "tokens", "hidden", "ffn", "experts", "micro_batches", "threads", "gemm",
+// "baseline" (bf16's "gemm"), "step_ms", "peak_bytes", "saved_bytes" (peak held for
+// backward), "saved_allocated_bytes" (peak of category saved_for_backward),
+// "closed_form_saved_bytes", "peak_by_category": {...}, "layers": [{"name",
+// "allocated_bytes", "referenced_bytes", "persistent_bytes", "input_policy",
+// "weight_policy"}, ...], "bf16_step_ms", "ratio_to_bf16" (step_ms / bf16's),
+// "time_vs_quantized" (step_ms over the run with both policies quantized and the same
+// reuse), "saved_vs_quantized_bytes" (that run's saved_allocated_bytes minus this one's),
+// and the two fixed policies' figures beside this one's, same reuse: "quantized_step_ms",
+// "deferred_step_ms", "quantized_saved_bytes", "deferred_saved_bytes"}. A figure of a
+// config that `results` lacks is null.
+std::string ToJson(const std::vector<OpsBenchResult>& results, size_t i);
 
 }  // namespace mxtrain

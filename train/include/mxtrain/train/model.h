@@ -22,8 +22,10 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "mxtrain/grouped_linear.h"
@@ -53,6 +55,19 @@ struct ModelConfig {
   static ModelConfig FromMetadata(const std::map<std::string, std::string>& metadata);
   bool operator==(const ModelConfig& other) const = default;
   std::string ToString() const;
+
+  // Named sizes: "tiny" (the defaults above: d_model 128, context 64; the main job) and
+  // "small" (d_model 512, 8 heads, d_ff 1024, context 256: activations outweigh the
+  // weights, so the save policies' bytes differ by tens of MB). Error on another name.
+  static ModelConfig Preset(std::string_view name);
+};
+
+// The save policies one MXFP8 matmul layer applied in a forward (OpContext::input_policy
+// and weight_policy: auto resolved; nullopt where the role was not saved in MXFP8).
+struct LayerPolicy {
+  std::string layer;  // the weight's name without ".weight": "layers.0.attn.wq"
+  std::optional<SavePolicy> input;
+  std::optional<SavePolicy> weight;
 };
 
 // Losses of one forward pass over a micro-batch.
@@ -82,6 +97,9 @@ class Model {
   const std::vector<std::shared_ptr<Parameter>>& parameters() const { return params_; }
   int64_t NumParameters() const;
   WeightQuantCache& cache() { return cache_; }
+  // Per MXFP8 matmul layer, in forward order, the policies of the last ForwardBackward's
+  // forward (empty before the first, or with MXFP8 off).
+  const std::vector<LayerPolicy>& last_policies() const { return last_policies_; }
   const ModelConfig& config() const { return config_; }
   const Recipe& recipe() const { return recipe_; }
 
@@ -101,6 +119,7 @@ class Model {
   std::shared_ptr<Parameter> final_norm_;
   std::unique_ptr<Linear> lm_head_;
   std::vector<std::shared_ptr<Parameter>> params_;
+  std::vector<LayerPolicy> last_policies_;
 };
 
 }  // namespace mxtrain

@@ -40,6 +40,10 @@ struct StepMetrics {
   int64_t saved_alloc_bytes = 0;  // peak of buffers made for backward (kSavedForBackward)
   int64_t cache_hits = 0;         // weight-quant cache, during the step
   int64_t cache_misses = 0;
+  // MXFP8 matmul layers whose input / weight the step's last forward saved deferred (the
+  // auto policy's choices; Model::last_policies has them per layer).
+  int64_t inputs_deferred = 0;
+  int64_t weights_deferred = 0;
 };
 
 struct TrainConfig {
@@ -83,7 +87,10 @@ struct TrainResult {
   int64_t cache_hits = 0, cache_misses = 0;
   int64_t parameters = 0;
   int64_t resumed_from = 0;  // the checkpoint's step, 0 for a fresh run
-  double seconds = 0;        // wall time of the whole run
+  // The policies per MXFP8 matmul layer in the last step's last forward (empty with
+  // MXFP8 off, or when no step ran here).
+  std::vector<LayerPolicy> policies;
+  double seconds = 0;  // wall time of the whole run
 };
 
 // A loss (or gradient norm) that is NaN or Inf: the run stops before updating anything
