@@ -25,6 +25,8 @@ DTYPES = ("f32", "bf16")
 
 def describe(value: Any) -> str:
     """The type of value, with the value itself when it is short (for one-line messages)."""
+    if isinstance(value, type):
+        return f"the class {value.__module__}.{value.__qualname__}"
     kind = type(value).__name__
     if value is None or isinstance(value, (bool, numbers.Number, str)):
         text = repr(value)
@@ -38,10 +40,11 @@ def _or_list(choices: Sequence[Any]) -> str:
     return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " or " + words[-1]
 
 
-def choice(name: str, value: Any, choices: Sequence[str]) -> str:
-    """value, a str among choices."""
+def choice(name: str, value: Any, choices: Sequence[str], or_none: bool = False) -> str:
+    """value, a str among choices (or None where or_none allows it)."""
     if not isinstance(value, str):
-        raise TypeError(f"{name} must be a str ({_or_list(choices)}), got {describe(value)}")
+        kind = "None or a str" if or_none else "a str"
+        raise TypeError(f"{name} must be {kind} ({_or_list(choices)}), got {describe(value)}")
     if value not in choices:
         raise ValueError(f"{name} value '{value}' is not {_or_list(choices)}")
     return value
@@ -74,7 +77,7 @@ def recipe(value: Any) -> str:
 
 def policy(name: str, value: Any) -> str | None:
     """A save policy, or None (the default of the layer)."""
-    return None if value is None else choice(name, value, POLICIES)
+    return None if value is None else choice(name, value, POLICIES, or_none=True)
 
 
 def flag(name: str, value: Any) -> bool:
@@ -105,7 +108,8 @@ def axis(value: Any, allow_both: bool) -> int | str:
     """
     choices = "-1, -2 or both" if allow_both else "-1 or -2"
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Integral, str)):
-        raise TypeError(f"axis must be an int ({choices}), got {describe(value)}")
+        kind = "an int or a str" if allow_both else "an int"
+        raise TypeError(f"axis must be {kind} ({choices}), got {describe(value)}")
     text = str(value)
     if text == "both" and allow_both:
         return "both"
@@ -119,8 +123,10 @@ def array(name: str, value: Any) -> np.ndarray:
     __array__: a torch CPU tensor); a list, a tuple or a scalar is refused."""
     if isinstance(value, np.ndarray):
         return value
-    if not isinstance(value, (str, bytes, numbers.Number, Sequence)) and value is not None:
-        if hasattr(value, "__array__") or hasattr(value, "__array_interface__"):
+    refused = (list, tuple, dict, set, str, bytes, bytearray, numbers.Number, type(None))
+    if not isinstance(value, refused):
+        if any(hasattr(value, a) for a in ("__array__", "__array_interface__",
+                                            "__array_struct__")):
             return np.asarray(value)
         try:
             memoryview(value)
