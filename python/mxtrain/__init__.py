@@ -98,8 +98,8 @@ class MxArray:
             return (f"MxArray(format={self.format!r}, axis='both', rowwise={self._parts[0]!r}, "
                     f"columnwise={self._parts[1]!r})")
 
-        def shape(a: np.ndarray) -> str:
-            return f"{a.dtype}{list(a.shape)}"
+        def shape(a: np.ndarray | None) -> str:
+            return "None" if a is None else f"{a.dtype}{list(a.shape)}"
 
         groups = "" if self.group_list is None else f", group_list={self.group_list}"
         return (f"MxArray(format={self.format!r}, axis={self.axis}, data={shape(self.data)}, "
@@ -108,7 +108,7 @@ class MxArray:
     # mxtrain 0.1 returned (data, scale), or {"rowwise": (d, s), "colwise": (d, s)} for
     # axis="both". Reading the result that way still works for one release.
 
-    def _legacy(self) -> tuple[np.ndarray, np.ndarray] | dict[str, tuple[np.ndarray, np.ndarray]]:
+    def _legacy(self) -> Any:  # the 0.1 tuple, or for axis="both" the 0.1 dict
         if self._parts is not None:
             row, col = self._parts
             _check.deprecated(
@@ -129,7 +129,7 @@ class MxArray:
     def __getitem__(self, key: int | str) -> Any:
         legacy = self._legacy()
         if isinstance(legacy, dict) and key == "columnwise":
-            key = "colwise"
+            return legacy["colwise"]
         return legacy[key]
 
     def keys(self) -> Any:

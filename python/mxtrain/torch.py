@@ -84,10 +84,8 @@ def _borrow(t: torch.Tensor, what: str) -> _C.Tensor:
     return _C.Tensor.borrow(t.data_ptr(), _DTYPES[t.dtype], list(t.shape), t)
 
 
-def _to_torch(t: _C.Tensor | None) -> torch.Tensor | None:
+def _to_torch(t: _C.Tensor) -> torch.Tensor:
     """A torch tensor over a C++ tensor's buffer (no copy; the buffer lives with it)."""
-    if t is None:
-        return None
     a = np.asarray(t)
     if t.dtype == "bf16":
         return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
@@ -174,7 +172,7 @@ class _Bound:
     def sync_versions(self) -> None:
         # The versions belong to the tensors, not to a call: every thread writes the same.
         self.weight.version = self.weight_t._version
-        if self.bias is not None:
+        if self.bias is not None and self.bias_t is not None:
             self.bias.version = self.bias_t._version
 
     def forget(self) -> None:
@@ -232,11 +230,15 @@ class _MxFunction(torch.autograd.Function):
         bound = ctx.bound
         bound.sync_versions()
         dx, dw, db = bound.op.backward(_borrow(dy, "grad_output"), ctx.op_ctx)
-        return _to_torch(dx), _to_torch(dw), _to_torch(db), None, None, None, None
+        grads = tuple(None if g is None else _to_torch(g) for g in (dx, dw, db))
+        return (*grads, None, None, None, None)
 
 
 class _MxModule(nn.Module):
     _op_type: type
+
+    weight: torch.Tensor  # an nn.Parameter, or what a parametrization makes
+    bias: torch.Tensor | None
 
     recipe: str
     scale: str
@@ -594,24 +596,21 @@ def _from_linear(linear: nn.Linear, options: dict[str, Any]) -> MxLinear:
     mx = mx.to(dtype=linear.weight.dtype)
     with torch.no_grad():
         mx.weight.copy_(linear.weight)
-        if linear.bias is not None:
+        if mx.bias is not None and linear.bias is not None:
             mx.bias.copy_(linear.bias)
     mx.weight.requires_grad_(linear.weight.requires_grad)
-    if linear.bias is not None:
+    if mx.bias is not None and linear.bias is not None:
         mx.bias.requires_grad_(linear.bias.requires_grad)
     mx.train(linear.training)
     return mx
 
 
-def _convert(model: nn.Module, options: dict[str, Any]) -> nn.Module:
-    if isinstance(model, nn.Linear):
-        return _from_linear(model, options)
+def _replace_linears(model: nn.Module, options: dict[str, Any]) -> None:
     for name, child in model.named_children():
         if isinstance(child, nn.Linear):
             setattr(model, name, _from_linear(child, options))
         else:
-            _convert(child, options)
-    return model
+            _replace_linears(child, options)
 
 
 def convert(model: ModuleT, **options: Any) -> ModuleT | MxLinear:
@@ -648,7 +647,10 @@ def convert(model: ModuleT, **options: Any) -> ModuleT | MxLinear:
         raise TypeError(f"convert got an unknown option '{unknown[0]}'; MxLinear's options "
                         f"are {', '.join(_OPTION_NAMES)}")
     _Options(**options)  # every option checked here, once, before any layer is replaced
-    return _convert(model, options)
+    if isinstance(model, nn.Linear):
+        return _from_linear(model, options)
+    _replace_linears(model, options)
+    return model
 
 
 def invalidate(module_or_parameter: nn.Module | torch.Tensor) -> None:
