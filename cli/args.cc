@@ -167,14 +167,22 @@ std::pair<int64_t, int64_t> ParseShape2(std::string_view text, std::string_view 
   return {ParseInt(text.substr(0, x), what, 1, max), ParseInt(text.substr(x + 1), what, 1, max)};
 }
 
-void PrintError(std::string_view message) {
-  // One line whatever the message holds (a path may contain a newline).
-  std::string line = "mxtrain: error: ";
+namespace {
+
+// One line whatever the message holds (a path may contain a newline).
+void PrintLine(std::string_view head, std::string_view message) {
+  std::string line(head);
   for (char c : message) line += (c == '\n' || c == '\r') ? ' ' : c;
   line += '\n';
   std::fflush(stdout);
   std::fputs(line.c_str(), stderr);
 }
+
+}  // namespace
+
+void PrintError(std::string_view message) { PrintLine("mxtrain: error: ", message); }
+
+void PrintDeprecation(std::string_view message) { PrintLine("mxtrain: deprecated: ", message); }
 
 int RunReportingErrors(const std::function<int()>& body) {
   try {

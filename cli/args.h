@@ -64,5 +64,8 @@ std::pair<int64_t, int64_t> ParseShape2(std::string_view text, std::string_view 
 // line of stderr and exit code 2.
 int RunReportingErrors(const std::function<int()>& body);
 void PrintError(std::string_view message);
+// A name or value kept for one release after a rename: "mxtrain: deprecated: <message>" on
+// one line of stderr; the command goes on.
+void PrintDeprecation(std::string_view message);
 
 }  // namespace mxtrain::cli

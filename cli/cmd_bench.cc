@@ -3,6 +3,7 @@
 //  `mxtrain bench gemm [--reps N] [--threads T] [--case NAME] [--path NAME]` and
 //  `mxtrain bench --list`: JSON lines from the library's benchmark tables (mxtrain/bench.h).
 #include <iostream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <tuple>
@@ -24,7 +25,7 @@ namespace {
 constexpr const char* kUsage =
     "usage: mxtrain bench quantize [--reps N] [--threads 1|2] [--dtype f32|bf16] "
     "[--code-stores auto|cached|streaming] "
-    "[--case rowwise|colwise|dual|grouped] [--shape MxK] [--simd TARGET]\n"
+    "[--case rowwise|columnwise|dual|grouped] [--shape MxK] [--simd TARGET]\n"
     "       mxtrain bench gemm [--reps N] [--threads T] [--case NAME] [--path PATH]\n"
     "       mxtrain bench ops [--reps N] [--threads T] [--case NAME] [--tokens T] [--hidden H]\n"
     "       mxtrain bench --list\n"
@@ -37,7 +38,7 @@ void PrintList() {
   // Built whole first: a bad cap in the environment (simd.h, gemm.h) fails before any line.
   std::ostringstream os;
   os << "quantize cases:";
-  for (QuantizeKind k : {QuantizeKind::kRowwise, QuantizeKind::kColwise, QuantizeKind::kDual,
+  for (QuantizeKind k : {QuantizeKind::kRowwise, QuantizeKind::kColumnwise, QuantizeKind::kDual,
                          QuantizeKind::kGrouped}) {
     os << " " << Name(k);
   }
@@ -74,10 +75,18 @@ int RunQuantizeBench(const ParsedArgs& args) {
     MXTRAIN_CHECK(args.Get("dtype") == "f32" || args.Get("dtype") == "bf16",
                   "--dtype must be f32 or bf16, got '", args.Get("dtype"), "'");
   }
+  std::optional<std::string> selected;
   if (args.Has("case")) {
-    const std::string c = args.Get("case");
-    MXTRAIN_CHECK(c == "rowwise" || c == "colwise" || c == "dual" || c == "grouped",
-                  "--case must be rowwise, colwise, dual or grouped, got '", c, "'");
+    selected = args.Get("case");
+    if (*selected == "colwise") {  // the name of mxtrain 0.1, kept for one release
+      PrintDeprecation(
+          "--case colwise is now --case columnwise; the old name goes in the next "
+          "release");
+      selected = "columnwise";
+    }
+    const std::string& c = *selected;
+    MXTRAIN_CHECK(c == "rowwise" || c == "columnwise" || c == "dual" || c == "grouped",
+                  "--case must be rowwise, columnwise, dual or grouped, got '", c, "'");
   }
   int64_t m = 0, k = 0;
   if (args.Has("shape")) {
@@ -89,7 +98,7 @@ int RunQuantizeBench(const ParsedArgs& args) {
     c.code_stores = stores;
     if (threads > 0 && c.threads != threads) continue;
     if (args.Has("dtype") && Name(c.dtype) != args.Get("dtype")) continue;
-    if (args.Has("case") && Name(c.kind) != args.Get("case")) continue;
+    if (selected && Name(c.kind) != *selected) continue;
     if (m > 0) {
       if (c.m != 4096) continue;  // one case per (kind, dtype, threads) at the given shape
       c.m = m;

@@ -1,8 +1,10 @@
 // mxtrain quantize and mxtrain dequantize: .npy arrays in, the canonical MX exchange layout
 // (NUMERICS.md §6: uint8 data in the input's shape, uint8 E8M0 scales) out, and back.
 #include <cstdio>
+#include <filesystem>
 #include <optional>
 #include <string>
+#include <system_error>
 #include <utility>
 #include <vector>
 
@@ -27,7 +29,7 @@ constexpr char kQuantizeUsage[] =
   --axis -1|-2|both                -1: rowwise 1x32 blocks, scale [..., M, ceil(K/32)]
                                    -2: columnwise 32x1 blocks, scale [..., ceil(M/32), K]
                                    both: PREFIX.rowwise.{data,scale}.npy and
-                                         PREFIX.colwise.{data,scale}.npy (default -1)
+                                         PREFIX.columnwise.{data,scale}.npy (default -1)
   --group-list N1,N2,...           token groups of a 2-D [M, K] input: columnwise blocks
                                    restart at each group (implies --axis -2); scale
                                    [sum_g ceil(m_g/32), K]
@@ -112,6 +114,27 @@ std::string WriteMx(const std::vector<std::pair<std::string, const MxTensor*>>& 
   return listing;
 }
 
+// mxtrain 0.1 named the columnwise half of --axis both PREFIX.colwise.*. For one release
+// those names stay, as hard links to PREFIX.columnwise.* (copies where the file system has
+// no links), with a note on stderr; "columnwise" is the library's and the package's word.
+void WriteDeprecatedColwiseNames(const std::string& prefix) {
+  namespace fs = std::filesystem;
+  for (const char* suffix : {".data.npy", ".scale.npy"}) {
+    const fs::path from = prefix + ".columnwise" + suffix;
+    const fs::path to = prefix + ".colwise" + suffix;
+    std::error_code ec;
+    fs::remove(to, ec);  // a name left by an earlier run would keep its old bytes
+    fs::create_hard_link(from, to, ec);
+    if (ec) {
+      ec.clear();
+      fs::copy_file(from, to, fs::copy_options::overwrite_existing, ec);
+    }
+    MXTRAIN_CHECK(!ec, "cannot write '", to.string(), "': ", ec.message());
+  }
+  PrintDeprecation(StrCat(prefix, ".colwise.{data,scale}.npy (the same files as ", prefix,
+                          ".columnwise.*) go in the next release; read ", prefix, ".columnwise.*"));
+}
+
 int Quantize(const std::vector<std::string>& argv) {
   const ParsedArgs args = ParsedArgs::Parse(
       argv, "mxtrain quantize",
@@ -140,7 +163,8 @@ int Quantize(const std::vector<std::string>& argv) {
   if (layout.axis == AxisChoice::kBoth) {
     const DualMx dual = QuantizeDual(x, options);
     listing =
-        WriteMx({{prefix + ".rowwise", &dual.rowwise}, {prefix + ".colwise", &dual.columnwise}});
+        WriteMx({{prefix + ".rowwise", &dual.rowwise}, {prefix + ".columnwise", &dual.columnwise}});
+    WriteDeprecatedColwiseNames(prefix);
     blocks = "rowwise and columnwise";
   } else {
     MxTensor q;

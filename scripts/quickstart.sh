@@ -7,8 +7,9 @@
 #                                     then the release build's tests including the
 #                                     exhaustive encoder check and the cpu_caps label, a
 #                                     project built against the installed package
-#                                     (tests/consumer), then the Python package's
-#                                     tests against `pip install .` in build/venv, and
+#                                     (tests/consumer), then ruff over python/ and the
+#                                     Python package's tests against `pip install .` in
+#                                     build/venv, and
 #                                     last a bounded run of each fuzz target (50 s each,
 #                                     clang + libFuzzer, ASan + UBSan; docs/fuzzing.md)
 set -euo pipefail
@@ -50,6 +51,10 @@ case "$mode" in
     if [ ! -x build/venv/bin/python ]; then
       /usr/bin/python3 -m venv --system-site-packages build/venv
     fi
+    # The Python linted as the C++ is formatted: ruff from PyPI, pinned so that its rules do
+    # not change under the code ([tool.ruff] in pyproject.toml says which).
+    build/venv/bin/pip install -q ruff==0.17.6
+    build/venv/bin/ruff check python/
     CMAKE_BUILD_PARALLEL_LEVEL="$jobs" build/venv/bin/pip install -q .
     (cd build && MXTRAIN_CLI="$PWD/release/mxtrain" venv/bin/python -m pytest -q ../python/tests)
     bash fuzz/run.sh 50

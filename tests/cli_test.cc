@@ -27,7 +27,6 @@ using testing_util::EdgeMix;
 using testing_util::MakeBf16;
 using testing_util::MakeF32;
 
-using CliTest = testing_util::CliFixture;
 using testing_util::DecodeNpy;
 using testing_util::EncodeNpy;
 using testing_util::ExpectMxFiles;
@@ -37,6 +36,22 @@ using testing_util::ReadBytes;
 using testing_util::RunResult;
 using testing_util::TensorBytes;
 using testing_util::WriteBytes;
+
+class CliTest : public testing_util::CliFixture {
+ protected:
+  // Success with a name kept for one release: code 0, one summary line, and one line
+  // "mxtrain: deprecated: ..." on stderr containing `expect`; returns stdout.
+  std::string ExpectOkDeprecated(const std::vector<std::string>& args,
+                                 const std::string& expect) const {
+    const RunResult r = Run(args);
+    EXPECT_EQ(r.code, 0) << r.err;
+    EXPECT_EQ(r.err.rfind("mxtrain: deprecated: ", 0), 0u) << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    EXPECT_NE(r.err.find(expect), std::string::npos) << r.err;
+    EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
+    return r.out;
+  }
+};
 
 Tensor EdgeF32(Shape shape, uint64_t seed) {
   return MakeF32(shape, EdgeMix(shape.NumElements(), seed));
@@ -79,14 +94,17 @@ TEST_F(CliTest, EveryFormatRuleAndAxisMatchesReference) {
   }
 }
 
-TEST_F(CliTest, AxisBothWritesFourFilesEqualToSingleAxisResults) {
+TEST_F(CliTest, AxisBothWritesRowwiseAndColumnwiseFilesEqualToSingleAxisResults) {
   const Tensor x = EdgeF32({33, 65}, 3);
   const std::string in = WriteInput("x.npy", x);
-  ExpectOk({"quantize", in, "--out", Out("d"), "--axis", "both", "--format", "e5m2"});
+  ExpectOkDeprecated({"quantize", in, "--out", Out("d"), "--axis", "both", "--format", "e5m2"},
+                     "d.colwise.{data,scale}.npy");
   const QuantizeOptions o = Options(ElementFormat::kE5M2, ScaleRule::kRceil);
   ExpectMxFiles(Out("d.rowwise"), ref::QuantizeRowwise(x, o));
+  ExpectMxFiles(Out("d.columnwise"), ref::QuantizeColumnwise(x, o));
+  // The names of mxtrain 0.1, kept for one release: the same bytes.
   ExpectMxFiles(Out("d.colwise"), ref::QuantizeColumnwise(x, o));
-  EXPECT_EQ(OutListing().size(), 4u);
+  EXPECT_EQ(OutListing().size(), 6u);
 }
 
 TEST_F(CliTest, ThreeDimensionalAndBf16Inputs) {
@@ -100,9 +118,9 @@ TEST_F(CliTest, ThreeDimensionalAndBf16Inputs) {
 
   const Tensor xb = MakeBf16({37, 64}, EdgeMix(37 * 64, 5));
   const std::string inb = WriteInput("xb.npy", xb);
-  ExpectOk({"quantize", inb, "--out", Out("b"), "--axis", "both"});
+  ExpectOkDeprecated({"quantize", inb, "--out", Out("b"), "--axis", "both"}, "b.colwise");
   ExpectMxFiles(Out("b.rowwise"), ref::QuantizeRowwise(xb, {}));
-  ExpectMxFiles(Out("b.colwise"), ref::QuantizeColumnwise(xb, {}));
+  ExpectMxFiles(Out("b.columnwise"), ref::QuantizeColumnwise(xb, {}));
 }
 
 TEST_F(CliTest, GroupedCumsumAndCountsWithEmptyAndPartialGroups) {
@@ -138,6 +156,28 @@ TEST_F(CliTest, DequantizeMatchesLibrary) {
       {"quantize", in, "--out", Out("c"), "--axis", "-2", "--format", "e5m2", "--scale", "floor"});
   ExpectOk({"dequantize", Out("c"), "--out", Out("yc.npy"), "--axis", "-2", "--format", "e5m2"});
   ExpectNpyEquals(Out("yc.npy"), Dequantize(ref::QuantizeColumnwise(x, o), DType::kF32));
+}
+
+// "columnwise" is the one name of 32x1 blocks; the bench's 0.1 name "colwise" still selects
+// the case, with a note.
+TEST_F(CliTest, BenchQuantizeCaseColumnwiseAndItsDeprecatedName) {
+  const std::vector<std::string> bench = {"bench",   "quantize", "--reps",    "1",
+                                          "--shape", "40x96",    "--threads", "1",
+                                          "--dtype", "f32",      "--case"};
+  std::vector<std::string> args = bench;
+  args.push_back("columnwise");
+  RunResult r = Run(args);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.err, "");
+  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
+  EXPECT_EQ(r.out.rfind("{\"case\": \"columnwise\"", 0), 0u) << r.out;
+  args.back() = "colwise";
+  const std::string out = ExpectOkDeprecated(args, "--case columnwise");
+  EXPECT_EQ(out.rfind("{\"case\": \"columnwise\"", 0), 0u) << out;
+  r = Run({"bench", "--list"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("quantize cases: rowwise columnwise dual grouped\n"), std::string::npos)
+      << r.out;
 }
 
 TEST_F(CliTest, HelpVersionAndDemo) {

@@ -20,8 +20,8 @@ std::string_view Name(QuantizeKind kind) {
   switch (kind) {
     case QuantizeKind::kRowwise:
       return "rowwise";
-    case QuantizeKind::kColwise:
-      return "colwise";
+    case QuantizeKind::kColumnwise:
+      return "columnwise";
     case QuantizeKind::kDual:
       return "dual";
     case QuantizeKind::kGrouped:
@@ -36,7 +36,7 @@ std::vector<QuantizeBenchCase> StandardQuantizeBenchCases() {
   for (auto [m, k] : shapes) {
     for (int threads : {1, 2}) {
       for (DType dtype : {DType::kF32, DType::kBF16}) {
-        for (QuantizeKind kind : {QuantizeKind::kRowwise, QuantizeKind::kColwise,
+        for (QuantizeKind kind : {QuantizeKind::kRowwise, QuantizeKind::kColumnwise,
                                   QuantizeKind::kDual, QuantizeKind::kGrouped}) {
           cases.push_back({kind, dtype, m, k, threads});
         }
@@ -70,7 +70,7 @@ int64_t OutputBytes(const QuantizeBenchCase& c, const GroupList& groups) {
   switch (c.kind) {
     case QuantizeKind::kRowwise:
       return data + row_scales;
-    case QuantizeKind::kColwise:
+    case QuantizeKind::kColumnwise:
       return data + col_scales;
     case QuantizeKind::kDual:
       return 2 * data + row_scales + col_scales;
@@ -124,7 +124,7 @@ void QuantizeBench::RunKernel(bool other_stores) {
     case QuantizeKind::kRowwise:
       QuantizeRowwise(input_, o);
       break;
-    case QuantizeKind::kColwise:
+    case QuantizeKind::kColumnwise:
       QuantizeColumnwise(input_, o);
       break;
     case QuantizeKind::kDual:

@@ -17,12 +17,16 @@ this bench under Debian's torch and under PyTorch 2.x from the Python registry i
     python -m mxtrain.bench [--shapes 2048x1024x4096,...] [--reps 5] [--policy deferred]
 """
 
+from __future__ import annotations
+
 import argparse
 import json
 import os
 import re
 import statistics
 import time
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 
@@ -31,7 +35,7 @@ from . import torch as mxt
 DEFAULT_SHAPES = "2048x1024x1024,2048x1024x4096,2048x4096x1024"
 
 
-def _time(fn, reps, warmup=2):
+def _time(fn: Callable[[], object], reps: int, warmup: int = 2) -> float:
     for _ in range(warmup):
         fn()
     times = []
@@ -42,8 +46,9 @@ def _time(fn, reps, warmup=2):
     return statistics.median(times)
 
 
-def _step(layer, x, dy, autocast=False):
-    def run():
+def _step(layer: torch.nn.Module, x: torch.Tensor, dy: torch.Tensor,
+          autocast: bool = False) -> Callable[[], None]:
+    def run() -> None:
         x.grad = None
         for p in layer.parameters():
             p.grad = None
@@ -56,7 +61,7 @@ def _step(layer, x, dy, autocast=False):
     return run
 
 
-def torch_build():
+def torch_build() -> dict[str, Any]:
     """What this torch computes with: version, BLAS, CPU capability, oneDNN."""
     config = torch.__config__.show()
     blas = re.search(r"BLAS_INFO=([^,\s]+)", config)
@@ -69,14 +74,16 @@ def torch_build():
             "torch_cpu_capability": cap, "torch_mkldnn": torch.backends.mkldnn.is_available()}
 
 
-def matmul_gflops(dtype, n=1024, reps=5):
+def matmul_gflops(dtype: torch.dtype, n: int = 1024, reps: int = 5) -> float:
+    """GFLOP/s of an n^3 matmul in dtype, median of reps."""
     a = torch.randn(n, n).to(dtype)
     b = torch.randn(n, n).to(dtype)
     ms = _time(lambda: a @ b, reps, warmup=1)
     return round(2 * n ** 3 / ms / 1e6, 1)
 
 
-def main(argv=None):
+def main(argv: Sequence[str] | None = None) -> None:
+    """Runs the benchmark; argv as the command line's (default sys.argv[1:])."""
     ap = argparse.ArgumentParser(prog="python -m mxtrain.bench", description=__doc__.split("\n")[0])
     ap.add_argument("--shapes", default=DEFAULT_SHAPES,
                     help="comma-separated MxKxN: tokens x in_features x out_features")

@@ -25,8 +25,10 @@ Options mirror MindSpeed's MXFP8 matmul and grouped matmul:
                          at most once per layout per optimizer step (attach() clears the
                          cache at every step)
 Outputs and gradients do not depend on the policies or on reuse, bit for bit.
-defer_backward_quant=True with an explicit "quantized" policy is a ValueError; the flags
-(bias, defer_backward_quant, reuse_quantized_weight) must be bools (TypeError otherwise).
+defer_backward_quant=True with an explicit "quantized" policy is a ValueError. An argument
+of the wrong type is a TypeError (the flags bias, defer_backward_quant and
+reuse_quantized_weight take bools only, the counts ints), one of the wrong value a
+ValueError, each naming the argument; mxtrain._validate holds the checks.
 
 The weight cache (reuse_quantized_weight=True) is keyed by what identifies a weight now:
 the parameter object the module holds, its storage, and torch's version counter, which
@@ -48,22 +50,29 @@ returning a wrong second derivative. Several threads may share one module: what 
 needs (grad mode, which gradients) travels with the call.
 """
 
+from __future__ import annotations
+
 import math
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
 from torch import nn
 from torch.autograd.function import once_differentiable
 
-from . import _C
+from . import _C, GroupListLike
+from . import _validate as _check
 
-__all__ = ["MxLinear", "MxGroupedLinear", "attach", "convert", "invalidate",
-           "weight_cache_stats"]
+__all__ = ["MxLinear", "MxGroupedLinear", "StepHookHandle", "attach", "convert",
+           "invalidate", "weight_cache_stats"]
 
 _DTYPES = {torch.float32: "f32", torch.bfloat16: "bf16"}
 
+ModuleT = TypeVar("ModuleT", bound=nn.Module)
 
-def _borrow(t, what):
+
+def _borrow(t: torch.Tensor, what: str) -> _C.Tensor:
     """A C++ tensor over t's memory (t made contiguous if it is not), keeping t alive."""
     if t.device.type != "cpu":
         raise ValueError(f"{what} is on {t.device}; mxtrain runs on CPU tensors")
@@ -75,24 +84,47 @@ def _borrow(t, what):
     return _C.Tensor.borrow(t.data_ptr(), _DTYPES[t.dtype], list(t.shape), t)
 
 
-def _to_torch(t):
+def _to_torch(t: _C.Tensor) -> torch.Tensor:
     """A torch tensor over a C++ tensor's buffer (no copy; the buffer lives with it)."""
-    if t is None:
-        return None
     a = np.asarray(t)
     if t.dtype == "bf16":
         return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
     return torch.from_numpy(a)
 
 
-def _recipe(recipe, scale, input_policy, weight_policy, reuse_quantized_weight):
-    if recipe not in ("e4m3", "hybrid"):
-        raise ValueError(f"recipe '{recipe}' is not e4m3 or hybrid")
+class _Options:
+    """A layer's options, checked (each by mxtrain._validate) and resolved once."""
+
+    def __init__(self, recipe: str = "e4m3", scale: str = "rceil",
+                 input_policy: str | None = None, weight_policy: str | None = None,
+                 defer_backward_quant: bool = False,
+                 reuse_quantized_weight: bool = False) -> None:
+        self.recipe = _check.recipe(recipe)
+        self.scale = _check.scale_rule(scale)
+        defer = _check.flag("defer_backward_quant", defer_backward_quant)
+        policies = []
+        for name, v in (("input_policy", input_policy), ("weight_policy", weight_policy)):
+            v = _check.policy(name, v)
+            if defer and v == "quantized":
+                raise ValueError(f"defer_backward_quant=True defers both policies, but {name} "
+                                 f"is 'quantized'; give one or the other")
+            policies.append("deferred" if defer else (v or "quantized"))
+        self.input_policy, self.weight_policy = policies
+        self.reuse_quantized_weight = _check.flag("reuse_quantized_weight",
+                                                  reuse_quantized_weight)
+
+
+_OPTION_NAMES = ("recipe", "scale", "input_policy", "weight_policy", "defer_backward_quant",
+                 "reuse_quantized_weight")
+
+
+def _recipe(recipe: str, scale: str, input_policy: str, weight_policy: str,
+            reuse_quantized_weight: bool) -> _C.Recipe:
     return _C.Recipe("mxfp8", recipe, scale, input_policy, weight_policy,
                      reuse_quantized_weight)
 
 
-def _epoch(p):
+def _epoch(p: torch.Tensor) -> int:
     """How many times invalidate() was called on p (writes its version counter missed)."""
     return getattr(p, "_mxtrain_epoch", 0)
 
@@ -110,7 +142,8 @@ class _Bound:
     and the cache drops their entries then.
     """
 
-    def __init__(self, op_type, weight, bias, recipe, name):
+    def __init__(self, op_type: type, weight: torch.Tensor, bias: torch.Tensor | None,
+                 recipe: _C.Recipe, name: str) -> None:
         for what, p in (("weight", weight), ("bias", bias)):
             # A copy would not see the optimizer's in-place updates.
             if p is not None and not p.is_contiguous():
@@ -123,26 +156,26 @@ class _Bound:
         self.op = op_type(self.weight, self.bias, recipe)
 
     @staticmethod
-    def key_of(weight, bias):
-        def one(p):
+    def key_of(weight: torch.Tensor, bias: torch.Tensor | None) -> tuple[Any, Any]:
+        def one(p: torch.Tensor | None) -> tuple[Any, ...] | None:
             if p is None:
                 return None
             return (p.data_ptr(), p.dtype, tuple(p.shape), tuple(p.stride()), p.device,
                     _epoch(p))
         return one(weight), one(bias)
 
-    def matches(self, weight, bias):
+    def matches(self, weight: torch.Tensor, bias: torch.Tensor | None) -> bool:
         """Whether this binding is over these very objects, memory and epochs."""
         return (self.weight_t is weight and self.bias_t is bias
                 and self.key == self.key_of(weight, bias))
 
-    def sync_versions(self):
+    def sync_versions(self) -> None:
         # The versions belong to the tensors, not to a call: every thread writes the same.
         self.weight.version = self.weight_t._version
-        if self.bias is not None:
+        if self.bias is not None and self.bias_t is not None:
             self.bias.version = self.bias_t._version
 
-    def forget(self):
+    def forget(self) -> None:
         _C.weight_cache_forget(self.weight)
         if self.bias is not None:
             _C.weight_cache_forget(self.bias)
@@ -157,7 +190,9 @@ class _MxFunction(torch.autograd.Function):
     """forward: y = op.forward(x); backward: (dx, dw, db) = op.backward(dy, op_ctx)."""
 
     @staticmethod
-    def forward(ctx, x, weight, bias, bound, groups, call, deferred_input):
+    def forward(ctx: Any, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                bound: _Bound, groups: _C.GroupList | None, call: dict[str, bool],
+                deferred_input: bool) -> torch.Tensor:
         xt = _borrow(x, "input")
         if groups is None:
             y, op_ctx = bound.op.forward(xt, **call)
@@ -172,7 +207,7 @@ class _MxFunction(torch.autograd.Function):
         return _to_torch(y)
 
     @staticmethod
-    def backward(ctx, dy):
+    def backward(ctx: Any, dy: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         # dX = dY . W and dW = dY^T . X: a second derivative through them is not zero even
         # when dy does not need a gradient, so once_differentiable must see one whenever an
         # input needs a gradient and the graph is being recorded (create_graph=True).
@@ -182,8 +217,8 @@ class _MxFunction(torch.autograd.Function):
 
     @staticmethod
     @once_differentiable
-    def _backward_once(ctx, dy):
-        ctx.saved_tensors  # autograd's in-place check of a deferred input
+    def _backward_once(ctx: Any, dy: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        _ = ctx.saved_tensors  # reading them is autograd's in-place check of a deferred input
         if ctx.op_ctx.spent:
             raise RuntimeError(
                 "mxtrain: trying to backward through the graph a second time: the first "
@@ -195,55 +230,43 @@ class _MxFunction(torch.autograd.Function):
         bound = ctx.bound
         bound.sync_versions()
         dx, dw, db = bound.op.backward(_borrow(dy, "grad_output"), ctx.op_ctx)
-        return _to_torch(dx), _to_torch(dw), _to_torch(db), None, None, None, None
-
-
-def _check_flag(name, value):
-    if not isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{name} must be a bool, got {type(value).__name__} {value!r}")
-    return bool(value)
-
-
-def _resolve_policies(input_policy, weight_policy, defer_backward_quant):
-    """The two policies; None means "quantized", or "deferred" under defer_backward_quant."""
-    defer = _check_flag("defer_backward_quant", defer_backward_quant)
-    out = []
-    for name, v in (("input_policy", input_policy), ("weight_policy", weight_policy)):
-        if v is not None and v not in ("quantized", "deferred"):
-            raise ValueError(f"{name} '{v}' is not quantized or deferred")
-        if defer and v == "quantized":
-            raise ValueError(f"defer_backward_quant=True defers both policies, but {name} is "
-                             f"'quantized'; give one or the other")
-        out.append("deferred" if defer else (v or "quantized"))
-    return out
+        grads = tuple(None if g is None else _to_torch(g) for g in (dx, dw, db))
+        return (*grads, None, None, None, None)
 
 
 class _MxModule(nn.Module):
-    def _init_options(self, recipe, scale, input_policy, weight_policy, defer_backward_quant,
-                      reuse_quantized_weight):
-        self.input_policy, self.weight_policy = _resolve_policies(
-            input_policy, weight_policy, defer_backward_quant)
-        self.recipe = recipe
-        self.scale = scale
-        self.reuse_quantized_weight = _check_flag("reuse_quantized_weight",
-                                                  reuse_quantized_weight)
-        self._recipe = self._make_recipe()  # validates the options now
-        self._bound = None
+    _op_type: type
 
-    def _make_recipe(self):
+    weight: torch.Tensor  # an nn.Parameter, or what a parametrization makes
+    bias: torch.Tensor | None
+
+    recipe: str
+    scale: str
+    input_policy: str
+    weight_policy: str
+    reuse_quantized_weight: bool
+
+    def _init_options(self, options: _Options) -> None:
+        self.recipe = options.recipe
+        self.scale = options.scale
+        self.input_policy = options.input_policy
+        self.weight_policy = options.weight_policy
+        self.reuse_quantized_weight = options.reuse_quantized_weight
+        self._recipe: _C.Recipe | None = self._make_recipe()
+        self._bound: _Bound | None = None
+
+    def _make_recipe(self) -> _C.Recipe:
         return _recipe(self.recipe, self.scale, self.input_policy, self.weight_policy,
                        self.reuse_quantized_weight)
 
-    def __getstate__(self):
+    def __getstate__(self) -> dict[str, Any]:
         # copy.deepcopy and pickling: the C++ objects are rebuilt on the next forward.
         state = self.__dict__.copy()
         state["_recipe"] = None
         state["_bound"] = None
         return state
 
-    def _apply_op(self, x, groups):
-        if not isinstance(x, torch.Tensor):
-            raise ValueError(f"input must be a torch.Tensor, got {type(x).__name__}")
+    def _apply_op(self, x: torch.Tensor, groups: _C.GroupList | None) -> torch.Tensor:
         if self._recipe is None:
             self._recipe = self._make_recipe()
         weight, bias = self.weight, self.bias  # read once: parametrized ones are made anew
@@ -266,166 +289,387 @@ class _MxModule(nn.Module):
         return _MxFunction.apply(x, weight, bias, bound, groups, call,
                                  self.input_policy == "deferred")
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return (f"recipe={self.recipe}, scale={self.scale}, input_policy={self.input_policy}, "
                 f"weight_policy={self.weight_policy}, "
                 f"reuse_quantized_weight={self.reuse_quantized_weight}")
 
 
+def _check_input(x: Any) -> torch.Tensor:
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"input must be a torch.Tensor, got {_check.describe(x)}")
+    return x
+
+
 class MxLinear(_MxModule):
-    """nn.Linear with MXFP8 GEMMs: y = x . W^T + b for x [..., in_features] (CPU, fp32 or
-    bf16; y has x's dtype). weight [out_features, in_features] and bias are torch
-    Parameters (fp32 by default; .to(torch.bfloat16) works), initialized as nn.Linear's.
-    With reuse_quantized_weight=True, a write through weight.data (an EMA swap) must be
-    followed by mxtrain.torch.invalidate(layer): torch's version counter does not see it
-    (module docstring)."""
+    """nn.Linear with MXFP8 GEMMs: y = x . W^T + b.
+
+    Forward and backward are the C++ mxtrain::Linear on CPU tensors, fp32 or bf16; outputs
+    and gradients do not depend on the policies or on reuse_quantized_weight, bit for bit.
+
+    Parameters
+    ----------
+    in_features : int
+        The size of each input row, >= 0.
+    out_features : int
+        The size of each output row, >= 0.
+    bias : bool
+        Whether the layer has a bias [out_features].
+    recipe : {"e4m3", "hybrid"}
+        "e4m3": every operand E4M3; "hybrid": E5M2 gradients.
+    scale : {"rceil", "floor", "ceil", "even"}
+        The E8M0 scale rule (NUMERICS.md section 4).
+    input_policy, weight_policy : {"quantized", "deferred"}, optional
+        What the forward keeps of the input / weight for the backward: the columnwise FP8
+        copy ("quantized") or a reference to the high-precision tensor, quantized in the
+        backward ("deferred"). Default "quantized", or "deferred" under
+        defer_backward_quant.
+    defer_backward_quant : bool
+        MindSpeed's ``--mxfp8-defer-backward-quant``: both policies "deferred"; an
+        explicit "quantized" policy with it is a ValueError.
+    reuse_quantized_weight : bool
+        MindSpeed's ``--fp8-reuse-quantized-weight``: the weight is quantized at most once
+        per layout per optimizer step (see :func:`attach`). After a write through
+        ``weight.data`` (an EMA swap), call :func:`invalidate`: torch's version counter
+        does not see it.
+
+    Attributes
+    ----------
+    weight : torch.nn.Parameter
+        [out_features, in_features], fp32 (``.to(torch.bfloat16)`` works), initialized as
+        nn.Linear's.
+    bias : torch.nn.Parameter or None
+        [out_features].
+
+    Raises
+    ------
+    TypeError
+        An argument of the wrong type (a str for in_features, an int for bias, ...).
+    ValueError
+        A negative feature count, an unknown recipe, scale rule or policy, or
+        defer_backward_quant=True with a "quantized" policy.
+
+    Examples
+    --------
+    >>> layer = MxLinear(1024, 4096, recipe="e4m3", input_policy="deferred")
+    >>> y = layer(torch.randn(8, 1024))
+    """
 
     _op_type = _C.Linear
 
-    def __init__(self, in_features, out_features, bias=True, *, recipe="e4m3", scale="rceil",
-                 input_policy=None, weight_policy=None, defer_backward_quant=False,
-                 reuse_quantized_weight=False):
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, *,
+                 recipe: str = "e4m3", scale: str = "rceil", input_policy: str | None = None,
+                 weight_policy: str | None = None, defer_backward_quant: bool = False,
+                 reuse_quantized_weight: bool = False) -> None:
         super().__init__()
-        bias = _check_flag("bias", bias)
+        in_features = _check.integer("in_features", in_features)
+        out_features = _check.integer("out_features", out_features)
+        bias = _check.flag("bias", bias)
+        options = _Options(recipe, scale, input_policy, weight_policy, defer_backward_quant,
+                           reuse_quantized_weight)
         self.in_features = in_features
         self.out_features = out_features
         self.weight = nn.Parameter(torch.empty(out_features, in_features))
         self.bias = nn.Parameter(torch.empty(out_features)) if bias else None
-        self._init_options(recipe, scale, input_policy, weight_policy, defer_backward_quant,
-                           reuse_quantized_weight)
+        self._init_options(options)
         self.reset_parameters()
 
-    def reset_parameters(self):
+    def reset_parameters(self) -> None:
+        """Initializes weight and bias as nn.Linear does."""
         nn.init.kaiming_uniform_(self.weight, a=math.sqrt(5))
         if self.bias is not None:
             bound = 1 / math.sqrt(self.in_features) if self.in_features > 0 else 0
             nn.init.uniform_(self.bias, -bound, bound)
 
-    def forward(self, x):
-        return self._apply_op(x, None)
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """y = x . W^T + b.
 
-    def extra_repr(self):
+        Parameters
+        ----------
+        x : torch.Tensor
+            [..., in_features], CPU, torch.float32 or torch.bfloat16.
+
+        Returns
+        -------
+        torch.Tensor
+            [..., out_features], x's dtype.
+
+        Raises
+        ------
+        TypeError
+            x is not a torch.Tensor.
+        ValueError
+            x not on the CPU, of another dtype, of rank < 2 or with another feature count.
+        """
+        return self._apply_op(_check_input(x), None)
+
+    def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
                 f"bias={self.bias is not None}, " + super().extra_repr())
 
 
 class MxGroupedLinear(_MxModule):
     """Mixture-of-experts linear: tokens sorted by expert, expert e computes
-    Y_e = X_e . W[e]^T + b[e]. weight [num_experts, out_features, in_features], bias
-    [num_experts, out_features]. Called as layer(x, group_list, group_list_type) with x
-    [M, in_features] and group_list the E cumulative group ends ("cumsum") or sizes
-    ("counts"), a sequence or an integer tensor. The weight cache's contract is
-    MxLinear's: after a write through .data, call mxtrain.torch.invalidate(layer)."""
+    Y_e = X_e . W[e]^T + b[e].
+
+    Forward and backward are the C++ mxtrain::GroupedLinear on CPU tensors, fp32 or bf16.
+    Called as ``layer(x, group_list, group_list_type)``.
+
+    Parameters
+    ----------
+    num_experts : int
+        E, the number of experts, >= 1.
+    in_features : int
+        The size of each token's input row, >= 0.
+    out_features : int
+        The size of each token's output row, >= 0.
+    bias : bool
+        Whether the layer has a bias [num_experts, out_features].
+    recipe : {"e4m3", "hybrid"}
+        "e4m3": every operand E4M3; "hybrid": E5M2 gradients.
+    scale : {"rceil", "floor", "ceil", "even"}
+        The E8M0 scale rule (NUMERICS.md section 4).
+    input_policy, weight_policy : {"quantized", "deferred"}, optional
+        What the forward keeps of the input / weight for the backward: the columnwise FP8
+        copy ("quantized") or a reference to the high-precision tensor, quantized in the
+        backward ("deferred"). Default "quantized", or "deferred" under
+        defer_backward_quant.
+    defer_backward_quant : bool
+        MindSpeed's ``--mxfp8-defer-backward-quant``: both policies "deferred"; an
+        explicit "quantized" policy with it is a ValueError.
+    reuse_quantized_weight : bool
+        MindSpeed's ``--fp8-reuse-quantized-weight``: the weight is quantized at most once
+        per layout per optimizer step (see :func:`attach`). After a write through
+        ``weight.data`` (an EMA swap), call :func:`invalidate`: torch's version counter
+        does not see it.
+
+    Attributes
+    ----------
+    weight : torch.nn.Parameter
+        [num_experts, out_features, in_features], each expert initialized as nn.Linear's.
+    bias : torch.nn.Parameter or None
+        [num_experts, out_features].
+
+    Raises
+    ------
+    TypeError
+        An argument of the wrong type.
+    ValueError
+        A count out of range, an unknown recipe, scale rule or policy, or
+        defer_backward_quant=True with a "quantized" policy.
+
+    Examples
+    --------
+    >>> experts = MxGroupedLinear(8, 1024, 2816)
+    >>> y = experts(x_sorted_by_expert, group_list, group_list_type="counts")
+    """
 
     _op_type = _C.GroupedLinear
 
-    def __init__(self, num_experts, in_features, out_features, bias=False, *, recipe="e4m3",
-                 scale="rceil", input_policy=None, weight_policy=None,
-                 defer_backward_quant=False, reuse_quantized_weight=False):
+    def __init__(self, num_experts: int, in_features: int, out_features: int,
+                 bias: bool = False, *, recipe: str = "e4m3", scale: str = "rceil",
+                 input_policy: str | None = None, weight_policy: str | None = None,
+                 defer_backward_quant: bool = False,
+                 reuse_quantized_weight: bool = False) -> None:
         super().__init__()
-        bias = _check_flag("bias", bias)
+        num_experts = _check.integer("num_experts", num_experts, minimum=1)
+        in_features = _check.integer("in_features", in_features)
+        out_features = _check.integer("out_features", out_features)
+        bias = _check.flag("bias", bias)
+        options = _Options(recipe, scale, input_policy, weight_policy, defer_backward_quant,
+                           reuse_quantized_weight)
         self.num_experts = num_experts
         self.in_features = in_features
         self.out_features = out_features
         self.weight = nn.Parameter(torch.empty(num_experts, out_features, in_features))
         self.bias = nn.Parameter(torch.empty(num_experts, out_features)) if bias else None
-        self._init_options(recipe, scale, input_policy, weight_policy, defer_backward_quant,
-                           reuse_quantized_weight)
+        self._init_options(options)
         self.reset_parameters()
 
-    def reset_parameters(self):
+    def reset_parameters(self) -> None:
+        """Initializes each expert's weight, and the bias, as nn.Linear does."""
         for e in range(self.num_experts):
             nn.init.kaiming_uniform_(self.weight[e], a=math.sqrt(5))
         if self.bias is not None:
             bound = 1 / math.sqrt(self.in_features) if self.in_features > 0 else 0
             nn.init.uniform_(self.bias, -bound, bound)
 
-    def forward(self, x, group_list, group_list_type="cumsum"):
-        if not isinstance(x, torch.Tensor):
-            raise ValueError(f"input must be a torch.Tensor, got {type(x).__name__}")
+    def forward(self, x: torch.Tensor, group_list: GroupListLike | torch.Tensor,
+                group_list_type: str = "cumsum") -> torch.Tensor:
+        """The rows of group e of the output are x_e . W[e]^T + b[e].
+
+        Parameters
+        ----------
+        x : torch.Tensor
+            [M, in_features] tokens sorted by expert, CPU, torch.float32 or torch.bfloat16.
+        group_list : sequence of int, or 1-D integer array or tensor
+            The num_experts groups: cumulative ends ("cumsum") or sizes ("counts").
+        group_list_type : {"cumsum", "counts"}
+            How group_list is written.
+
+        Returns
+        -------
+        torch.Tensor
+            [M, out_features], x's dtype.
+
+        Raises
+        ------
+        TypeError
+            x is not a torch.Tensor, or group_list does not hold ints.
+        ValueError
+            x not 2-D, a group_list that does not sum to M or does not have num_experts
+            groups, an unknown group_list_type.
+        """
+        x = _check_input(x)
+        gtype = _check.group_list_type(group_list_type)
+        values = _check.group_values("group_list", group_list)
         if x.dim() != 2:
             raise ValueError(f"input must be 2-D [tokens, features], got {list(x.shape)}")
-        if isinstance(group_list, torch.Tensor):
-            values = [int(v) for v in group_list.reshape(-1).tolist()]
-        else:
-            values = [int(v) for v in group_list]
-        groups = _C.GroupList(values, group_list_type, int(x.shape[0]))
+        groups = _C.GroupList(values, gtype, int(x.shape[0]))
         return self._apply_op(x, groups)
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return (f"num_experts={self.num_experts}, in_features={self.in_features}, "
                 f"out_features={self.out_features}, bias={self.bias is not None}, "
                 + super().extra_repr())
 
 
-class _StepHook:
-    """What attach() returns: remove() detaches the hook."""
+class StepHookHandle:
+    """What :func:`attach` returns: ``remove()`` detaches the hook."""
 
-    def __init__(self, remove):
+    def __init__(self, remove: Callable[[], None]) -> None:
         self._remove = remove
 
-    def remove(self):
+    def remove(self) -> None:
+        """Stops clearing the cache after the optimizer's steps."""
         self._remove()
 
 
-def attach(optimizer):
-    """Clears the weight-quant cache after every optimizer.step() (the quantized weights of
-    one step are never read after it). Returns a handle whose remove() undoes it."""
+def attach(optimizer: torch.optim.Optimizer) -> StepHookHandle:
+    """Clears the weight-quant cache after every ``optimizer.step()``.
 
-    def clear(*_):
+    The quantized weights of one step are never read after it, so the cache that
+    ``reuse_quantized_weight=True`` fills is emptied at each step.
+
+    Parameters
+    ----------
+    optimizer : torch.optim.Optimizer
+        The optimizer of the model's MX layers (any object with a ``step`` method).
+
+    Returns
+    -------
+    StepHookHandle
+        ``remove()`` undoes the attachment.
+
+    Raises
+    ------
+    TypeError
+        optimizer has no ``step`` method.
+    """
+    if not callable(getattr(optimizer, "step", None)):
+        raise TypeError("optimizer must be a torch.optim.Optimizer (an object with a step "
+                        f"method), got {_check.describe(optimizer)}")
+
+    def clear(*_: Any) -> None:
         _C.weight_cache_clear()
 
     if hasattr(optimizer, "register_step_post_hook"):  # torch >= 2.0
         handle = optimizer.register_step_post_hook(clear)
-        return _StepHook(handle.remove)
+        return StepHookHandle(handle.remove)
     step = optimizer.step  # torch 1.x: wrap the bound method
 
-    def wrapped(*args, **kwargs):
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
         result = step(*args, **kwargs)
         clear()
         return result
 
     optimizer.step = wrapped
 
-    def remove():
+    def remove() -> None:
         if optimizer.step is wrapped:
             del optimizer.step
-    return _StepHook(remove)
+    return StepHookHandle(remove)
 
 
-def _from_linear(linear, options):
+def _from_linear(linear: nn.Linear, options: dict[str, Any]) -> MxLinear:
     mx = MxLinear(linear.in_features, linear.out_features, linear.bias is not None, **options)
     mx = mx.to(dtype=linear.weight.dtype)
     with torch.no_grad():
         mx.weight.copy_(linear.weight)
-        if linear.bias is not None:
+        if mx.bias is not None and linear.bias is not None:
             mx.bias.copy_(linear.bias)
     mx.weight.requires_grad_(linear.weight.requires_grad)
-    if linear.bias is not None:
+    if mx.bias is not None and linear.bias is not None:
         mx.bias.requires_grad_(linear.bias.requires_grad)
     mx.train(linear.training)
     return mx
 
 
-def convert(model, **options):
-    """Replaces every nn.Linear of model (in place, recursively) by an MxLinear with the
-    same features, bias, dtype and values; options are MxLinear's keyword options.
-    Returns model (a new MxLinear if model itself is an nn.Linear)."""
-    if isinstance(model, nn.Linear):
-        return _from_linear(model, options)
+def _replace_linears(model: nn.Module, options: dict[str, Any]) -> None:
     for name, child in model.named_children():
         if isinstance(child, nn.Linear):
             setattr(model, name, _from_linear(child, options))
         else:
-            convert(child, **options)
+            _replace_linears(child, options)
+
+
+def convert(model: ModuleT, **options: Any) -> ModuleT | MxLinear:
+    """Replaces every nn.Linear of model, in place and recursively, by an MxLinear.
+
+    Each MxLinear has the nn.Linear's features, bias, dtype, values, requires_grad and
+    training mode.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        The model; its nn.Linear children (at any depth) are replaced.
+    **options
+        MxLinear's keyword options: recipe, scale, input_policy, weight_policy,
+        defer_backward_quant, reuse_quantized_weight. Checked once, before any layer is
+        replaced, even when model holds no nn.Linear.
+
+    Returns
+    -------
+    torch.nn.Module
+        model, or a new MxLinear if model itself is an nn.Linear.
+
+    Raises
+    ------
+    TypeError
+        model is not an nn.Module, an option is unknown or of the wrong type.
+    ValueError
+        An option of the wrong value.
+    """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {_check.describe(model)}")
+    unknown = sorted(set(options) - set(_OPTION_NAMES))
+    if unknown:
+        raise TypeError(f"convert got an unknown option '{unknown[0]}'; MxLinear's options "
+                        f"are {', '.join(_OPTION_NAMES)}")
+    _Options(**options)  # every option checked here, once, before any layer is replaced
+    if isinstance(model, nn.Linear):
+        return _from_linear(model, options)
+    _replace_linears(model, options)
     return model
 
 
-def invalidate(module_or_parameter):
-    """Tells mxtrain that parameters changed in a way torch's version counter missed
-    (writes through .data, as EMA helpers do): the next forward of every MX module that
-    reads them quantizes them afresh. Takes a module (all its parameters, recursively, and
-    its MX modules' bindings) or one parameter / tensor. Returns None."""
+def invalidate(module_or_parameter: nn.Module | torch.Tensor) -> None:
+    """Tells mxtrain that parameters changed in a way torch's version counter missed.
+
+    Writes through ``.data`` (as EMA helpers do) bypass the version counter: after one,
+    the next forward of every MX module that reads the parameters quantizes them afresh.
+
+    Parameters
+    ----------
+    module_or_parameter : torch.nn.Module or torch.Tensor
+        A module (all its parameters, recursively, and its MX modules' bindings) or one
+        parameter / tensor.
+
+    Raises
+    ------
+    TypeError
+        Neither a module nor a tensor.
+    """
     if isinstance(module_or_parameter, nn.Module):
         for p in module_or_parameter.parameters():
             p._mxtrain_epoch = _epoch(p) + 1
@@ -440,6 +684,12 @@ def invalidate(module_or_parameter):
                         f"{type(module_or_parameter).__name__}")
 
 
-def weight_cache_stats():
-    """Hits, misses, entries and bytes_held of the weight-quant cache."""
+def weight_cache_stats() -> dict[str, int]:
+    """The weight-quant cache's figures.
+
+    Returns
+    -------
+    dict
+        ``hits``, ``misses``, ``entries`` and ``bytes_held``.
+    """
     return _C.weight_cache_stats()

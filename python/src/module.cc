@@ -272,11 +272,25 @@ PYBIND11_MODULE(_C, m) {
       },
       py::arg("x"), py::arg("format"), py::arg("scale"), py::arg("threads") = 0, gil);
   m.def(
-      "quantize_colwise",
+      "quantize_columnwise",
       [](const Tensor& x, const std::string& format, const std::string& scale, int threads) {
         return QuantizeColumnwise(x, QOptions(format, scale, threads));
       },
       py::arg("x"), py::arg("format"), py::arg("scale"), py::arg("threads") = 0, gil);
+  // The name of mxtrain 0.1, kept for one release: "columnwise" is the library's, the CLI's
+  // and the package's word for 32x1 blocks.
+  m.def(
+      "quantize_colwise",
+      [](const Tensor& x, const std::string& format, const std::string& scale, int threads) {
+        if (PyErr_WarnEx(PyExc_DeprecationWarning,
+                         "mxtrain._C.quantize_colwise is deprecated; use quantize_columnwise",
+                         1) != 0) {
+          throw py::error_already_set();
+        }
+        py::gil_scoped_release release;
+        return QuantizeColumnwise(x, QOptions(format, scale, threads));
+      },
+      py::arg("x"), py::arg("format"), py::arg("scale"), py::arg("threads") = 0);
   m.def(
       "quantize_dual",
       [](const Tensor& x, const std::string& format, const std::string& scale, int threads) {

@@ -49,11 +49,11 @@ def test_quantize_and_dequantize_match_the_cli(tmp_path, cli, rng, case):
     got = mxtrain.quantize(x, format=fmt, scale=rule, axis=axis, group_list=groups,
                            group_list_type=gtype)
     if axis == "both":
-        for part in ("rowwise", "colwise"):
-            _same(got[part][0], np.load(tmp_path / f"q.{part}.data.npy"))
-            _same(got[part][1], np.load(tmp_path / f"q.{part}.scale.npy"))
+        for part in ("rowwise", "columnwise"):
+            _same(getattr(got, part).data, np.load(tmp_path / f"q.{part}.data.npy"))
+            _same(getattr(got, part).scale, np.load(tmp_path / f"q.{part}.scale.npy"))
         return
-    data, scale = got
+    data, scale = got.data, got.scale
     _same(data, np.load(tmp_path / "q.data.npy"))
     _same(scale, np.load(tmp_path / "q.scale.npy"))
 
@@ -113,45 +113,51 @@ def _reference_rowwise(x, rule):
 def test_quantize_matches_a_numpy_reference_of_numerics_md(rng, rule):
     x = (rng.standard_normal((6, 80)) * np.exp2(rng.integers(-20, 20, (6, 80)))).astype(np.float32)
     x[0, :32] *= np.float32(448.0 / np.max(np.abs(x[0, :32])))  # amax exactly 448
-    data, scale = mxtrain.quantize(x, scale=rule)
+    q = mxtrain.quantize(x, scale=rule)
     ref_data, ref_scale = _reference_rowwise(x, rule)
-    _same(scale, ref_scale)
-    _same(data, ref_data)
+    _same(q.scale, ref_scale)
+    _same(q.data, ref_data)
     # Columnwise is rowwise of the transpose, element for element.
-    cdata, cscale = mxtrain.quantize(np.ascontiguousarray(x.T), scale=rule, axis=-2)
-    _same(cdata, np.ascontiguousarray(ref_data.T))
-    _same(cscale, np.ascontiguousarray(ref_scale.T))
+    c = mxtrain.quantize(np.ascontiguousarray(x.T), scale=rule, axis=-2)
+    _same(c.data, np.ascontiguousarray(ref_data.T))
+    _same(c.scale, np.ascontiguousarray(ref_scale.T))
 
 
 def test_grouped_equals_columnwise_per_group(rng):
     x = rng.standard_normal((100, 40)).astype(np.float32)
     counts = [31, 0, 45, 24]
-    data, scale = mxtrain.quantize(x, group_list=counts, group_list_type="counts")
-    assert scale.shape == (1 + 0 + 2 + 1, 40)
+    g = mxtrain.quantize(x, group_list=counts, group_list_type="counts")
+    assert g.scale.shape == (1 + 0 + 2 + 1, 40)
+    assert g.axis == -2 and g.group_list == (31, 31, 76, 100)
     row = srow = 0
     for c in counts:
-        d, s = mxtrain.quantize(x[row:row + c], axis=-2) if c else (data[:0], scale[:0])
-        _same(data[row:row + c], d)
-        _same(scale[srow:srow + s.shape[0]], s)
+        if c:
+            q = mxtrain.quantize(x[row:row + c], axis=-2)
+            d, s = q.data, q.scale
+        else:
+            d, s = g.data[:0], g.scale[:0]
+        _same(g.data[row:row + c], d)
+        _same(g.scale[srow:srow + s.shape[0]], s)
         row, srow = row + c, srow + s.shape[0]
 
 
 def test_results_are_views_not_copies_and_inputs_are_not_copied(rng):
     x = rng.standard_normal((64, 64)).astype(np.float32)
     before = mxtrain.memory()["total"]["live_bytes"]
-    data, scale = mxtrain.quantize(x)
+    q = mxtrain.quantize(x)
     after = mxtrain.memory()["total"]["live_bytes"]
     # Only the MX copies are allocated (x is borrowed); data is a view of the library's buffer.
-    assert after - before == data.nbytes + scale.nbytes
-    assert data.base is not None
-    del data, scale
+    assert after - before == q.data.nbytes + q.scale.nbytes
+    assert q.data.base is not None
+    del q
     assert mxtrain.memory()["total"]["live_bytes"] == before
 
 
 # ---- GEMM ----------------------------------------------------------------------------------
 
 def _dequantized_rowwise(x, fmt="e4m3"):
-    return mxtrain.dequantize(*mxtrain.quantize(x, format=fmt), format=fmt).astype(np.float64)
+    q = mxtrain.quantize(x, format=fmt)
+    return mxtrain.dequantize(q.data, q.scale, format=fmt).astype(np.float64)
 
 
 def test_gemm_within_the_bound_of_numerics_md(rng):
@@ -218,9 +224,9 @@ def test_bad_inputs_raise_value_error_with_the_library_message(rng):
         mxtrain.quantize(x, axis=-1, group_list=[4])
     with pytest.raises(ValueError, match="group"):  # cumulative ends must end at M = 4
         mxtrain.quantize(x, group_list=[1, 3])
-    data, scale = mxtrain.quantize(x)
+    q = mxtrain.quantize(x)
     with pytest.raises(ValueError, match="scale does not match data"):
-        mxtrain.dequantize(data, scale[:, :1])
+        mxtrain.dequantize(q.data, q.scale[:, :1])
     with pytest.raises(ValueError, match="contraction lengths differ"):
         mxtrain.gemm(x, x[:, :32])
     with pytest.raises(ValueError, match=r"bias needs float32 \[N\]"):

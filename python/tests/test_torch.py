@@ -5,7 +5,6 @@ and the errors."""
 import copy
 import itertools
 
-import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -138,7 +137,7 @@ def test_weight_cache_across_micro_batches_with_adamw():
         mxt.attach(o)
     batches = [torch.randn(40, 64) for _ in range(3)]
     mxtrain._C.weight_cache_clear()
-    for step in range(2):
+    for _step in range(2):
         mxtrain._C.weight_cache_reset_stats()
         hits = 0
         for i, xb in enumerate(batches):  # gradient accumulation: three micro-batches

@@ -11,9 +11,10 @@ import threading
 import pytest
 
 torch = pytest.importorskip("torch")
+from torch import nn  # noqa: E402
+
 import mxtrain  # noqa: E402
 import mxtrain.torch as mxt  # noqa: E402
-from torch import nn  # noqa: E402
 
 
 def _bits_equal(a, b):

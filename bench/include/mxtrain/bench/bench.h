@@ -24,8 +24,8 @@
 
 namespace mxtrain {
 
-enum class QuantizeKind : uint8_t { kRowwise, kColwise, kDual, kGrouped };
-std::string_view Name(QuantizeKind kind);  // "rowwise" | "colwise" | "dual" | "grouped"
+enum class QuantizeKind : uint8_t { kRowwise, kColumnwise, kDual, kGrouped };
+std::string_view Name(QuantizeKind kind);  // "rowwise" | "columnwise" | "dual" | "grouped"
 
 struct QuantizeBenchCase {
   QuantizeKind kind;
@@ -36,7 +36,7 @@ struct QuantizeBenchCase {
   CodeStores code_stores = CodeStores::kAuto;  // QuantizeOptions::code_stores
 };
 
-// rowwise, colwise, dual and grouped x f32, bf16 x 4096x4096 and an L2-sized 256x1024 x 1
+// rowwise, columnwise, dual and grouped x f32, bf16 x 4096x4096 and an L2-sized 256x1024 x 1
 // and 2 threads.
 std::vector<QuantizeBenchCase> StandardQuantizeBenchCases();
 
