@@ -18,7 +18,9 @@ import numpy as np
 FORMATS = ("e4m3", "e5m2")
 SCALE_RULES = ("rceil", "floor", "ceil", "even")
 RECIPES = ("e4m3", "hybrid")
-POLICIES = ("quantized", "deferred")
+POLICIES = ("quantized", "deferred", "auto")
+GEMMS = ("fprop", "dgrad", "wgrad")
+HP_PRECISIONS = ("bf16", "fp32")
 GROUP_LIST_TYPES = ("cumsum", "counts")
 DTYPES = ("f32", "bf16")
 
@@ -78,6 +80,27 @@ def recipe(value: Any) -> str:
 def policy(name: str, value: Any) -> str | None:
     """A save policy, or None (the default of the layer)."""
     return None if value is None else choice(name, value, POLICIES, or_none=True)
+
+
+def gemms(value: Any, name: str = "hp_gemms") -> tuple[str, ...]:
+    """A set of training GEMMs: a tuple or list of distinct names among fprop, dgrad, wgrad
+    (a single str is one name); () for none."""
+    items = (value,) if isinstance(value, str) else value
+    if not isinstance(items, (tuple, list)):
+        raise TypeError(f"{name} must be a tuple of GEMM names ({_or_list(GEMMS)}), "
+                        f"got {describe(value)}")
+    out = []
+    for item in items:
+        g = choice(f"{name} entry", item, GEMMS)
+        if g in out:
+            raise ValueError(f"{name} names '{g}' twice")
+        out.append(g)
+    return tuple(out)
+
+
+def hp_precision(value: Any) -> str:
+    """The compute type of the high-precision GEMMs: "bf16" or "fp32"."""
+    return choice("hp_precision", value, HP_PRECISIONS)
 
 
 def flag(name: str, value: Any) -> bool:

@@ -98,8 +98,12 @@ class _Options:
     def __init__(self, recipe: str = "e4m3", scale: str = "rceil",
                  input_policy: str | None = None, weight_policy: str | None = None,
                  defer_backward_quant: bool = False,
-                 reuse_quantized_weight: bool = False) -> None:
+                 reuse_quantized_weight: bool = False,
+                 hp_gemms: tuple[str, ...] | list[str] | str = (),
+                 hp_precision: str = "bf16") -> None:
         self.recipe = _check.recipe(recipe)
+        self.hp_gemms = _check.gemms(hp_gemms)
+        self.hp_precision = _check.hp_precision(hp_precision)
         self.scale = _check.scale_rule(scale)
         defer = _check.flag("defer_backward_quant", defer_backward_quant)
         policies = []
@@ -112,16 +116,29 @@ class _Options:
         self.input_policy, self.weight_policy = policies
         self.reuse_quantized_weight = _check.flag("reuse_quantized_weight",
                                                   reuse_quantized_weight)
+        # A role an HP GEMM reads is saved in high precision and takes no policy (the
+        # library refuses one); the default policy is then left unset.
+        if "wgrad" in self.hp_gemms and input_policy is None and not defer:
+            self.input_policy = None
+        if "dgrad" in self.hp_gemms and weight_policy is None and not defer:
+            self.weight_policy = None
+        # The library checks the combination (contradictions are ValueErrors) now, not at
+        # the first forward.
+        try:
+            _recipe(self)
+        except RuntimeError as e:
+            raise ValueError(str(e)) from None
 
 
 _OPTION_NAMES = ("recipe", "scale", "input_policy", "weight_policy", "defer_backward_quant",
-                 "reuse_quantized_weight")
+                 "reuse_quantized_weight", "hp_gemms", "hp_precision")
 
 
-def _recipe(recipe: str, scale: str, input_policy: str, weight_policy: str,
-            reuse_quantized_weight: bool) -> _C.Recipe:
-    return _C.Recipe("mxfp8", recipe, scale, input_policy, weight_policy,
-                     reuse_quantized_weight)
+def _recipe(o: Any) -> _C.Recipe:
+    """The C++ recipe of checked options (an _Options or a layer holding them)."""
+    return _C.Recipe("mxfp8", o.recipe, o.scale, o.input_policy, o.weight_policy,
+                     o.reuse_quantized_weight, ",".join(o.hp_gemms) or None,
+                     o.hp_precision if o.hp_gemms else None)
 
 
 def _epoch(p: torch.Tensor) -> int:
@@ -191,8 +208,8 @@ class _MxFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
-                bound: _Bound, groups: _C.GroupList | None, call: dict[str, bool],
-                deferred_input: bool) -> torch.Tensor:
+                bound: _Bound, groups: _C.GroupList | None,
+                call: dict[str, bool]) -> torch.Tensor:
         xt = _borrow(x, "input")
         if groups is None:
             y, op_ctx = bound.op.forward(xt, **call)
@@ -200,9 +217,10 @@ class _MxFunction(torch.autograd.Function):
             y, op_ctx = bound.op.forward(xt, groups, **call)
         ctx.bound = bound
         ctx.op_ctx = op_ctx
-        if deferred_input and op_ctx.defined:
-            # The C++ context references x's memory; saving x as well (free: the same
-            # tensor) lets autograd refuse a backward after x changed in place.
+        if op_ctx.defined and op_ctx.input_policy == "deferred":
+            # The C++ context references x's memory (a deferred policy, or auto's choice);
+            # saving x as well (free: the same tensor) lets autograd refuse a backward
+            # after x changed in place.
             ctx.save_for_backward(x)
         return _to_torch(y)
 
@@ -231,7 +249,7 @@ class _MxFunction(torch.autograd.Function):
         bound.sync_versions()
         dx, dw, db = bound.op.backward(_borrow(dy, "grad_output"), ctx.op_ctx)
         grads = tuple(None if g is None else _to_torch(g) for g in (dx, dw, db))
-        return (*grads, None, None, None, None)
+        return (*grads, None, None, None)
 
 
 class _MxModule(nn.Module):
@@ -242,9 +260,11 @@ class _MxModule(nn.Module):
 
     recipe: str
     scale: str
-    input_policy: str
-    weight_policy: str
+    input_policy: str | None
+    weight_policy: str | None
     reuse_quantized_weight: bool
+    hp_gemms: tuple[str, ...]
+    hp_precision: str
 
     def _init_options(self, options: _Options) -> None:
         self.recipe = options.recipe
@@ -252,12 +272,13 @@ class _MxModule(nn.Module):
         self.input_policy = options.input_policy
         self.weight_policy = options.weight_policy
         self.reuse_quantized_weight = options.reuse_quantized_weight
+        self.hp_gemms = options.hp_gemms
+        self.hp_precision = options.hp_precision
         self._recipe: _C.Recipe | None = self._make_recipe()
         self._bound: _Bound | None = None
 
     def _make_recipe(self) -> _C.Recipe:
-        return _recipe(self.recipe, self.scale, self.input_policy, self.weight_policy,
-                       self.reuse_quantized_weight)
+        return _recipe(self)
 
     def __getstate__(self) -> dict[str, Any]:
         # copy.deepcopy and pickling: the C++ objects are rebuilt on the next forward.
@@ -286,13 +307,14 @@ class _MxModule(nn.Module):
                     weight_requires_grad=grad and weight.requires_grad,
                     bias_requires_grad=bias is not None and grad and bias.requires_grad,
                     use_weight_cache=grad and self.training)
-        return _MxFunction.apply(x, weight, bias, bound, groups, call,
-                                 self.input_policy == "deferred")
+        return _MxFunction.apply(x, weight, bias, bound, groups, call)
 
     def extra_repr(self) -> str:
         return (f"recipe={self.recipe}, scale={self.scale}, input_policy={self.input_policy}, "
                 f"weight_policy={self.weight_policy}, "
-                f"reuse_quantized_weight={self.reuse_quantized_weight}")
+                f"reuse_quantized_weight={self.reuse_quantized_weight}"
+                + (f", hp_gemms={self.hp_gemms}, hp_precision={self.hp_precision}"
+                   if self.hp_gemms else ""))
 
 
 def _check_input(x: Any) -> torch.Tensor:
@@ -319,11 +341,13 @@ class MxLinear(_MxModule):
         "e4m3": every operand E4M3; "hybrid": E5M2 gradients.
     scale : {"rceil", "floor", "ceil", "even"}
         The E8M0 scale rule (NUMERICS.md section 4).
-    input_policy, weight_policy : {"quantized", "deferred"}, optional
+    input_policy, weight_policy : {"quantized", "deferred", "auto"}, optional
         What the forward keeps of the input / weight for the backward: the columnwise FP8
-        copy ("quantized") or a reference to the high-precision tensor, quantized in the
-        backward ("deferred"). Default "quantized", or "deferred" under
-        defer_backward_quant.
+        copy ("quantized"), a reference to the high-precision tensor, quantized in the
+        backward ("deferred"), or per call whichever holds less ("auto": the weight is
+        referenced, since the parameter lives anyway; a torch input is quantized, since
+        mxtrain cannot see what else keeps it). Default "quantized", or "deferred" under
+        defer_backward_quant; unset for a role an HP GEMM reads.
     defer_backward_quant : bool
         MindSpeed's ``--mxfp8-defer-backward-quant``: both policies "deferred"; an
         explicit "quantized" policy with it is a ValueError.
@@ -332,6 +356,11 @@ class MxLinear(_MxModule):
         per layout per optimizer step (see :func:`attach`). After a write through
         ``weight.data`` (an EMA swap), call :func:`invalidate`: torch's version counter
         does not see it.
+    hp_gemms : tuple of {"fprop", "dgrad", "wgrad"}
+        GEMMs run in high precision (hp_precision) instead of MXFP8, as TE's
+        ``override_linear_precision`` and torchao's ``wgrad_with_hp``; not all three.
+    hp_precision : {"bf16", "fp32"}
+        The compute type of the hp_gemms.
 
     Attributes
     ----------
@@ -346,8 +375,9 @@ class MxLinear(_MxModule):
     TypeError
         An argument of the wrong type (a str for in_features, an int for bias, ...).
     ValueError
-        A negative feature count, an unknown recipe, scale rule or policy, or
-        defer_backward_quant=True with a "quantized" policy.
+        A negative feature count, an unknown recipe, scale rule, policy or GEMM, or a
+        contradiction: defer_backward_quant=True with a "quantized" policy, a policy for
+        a role an HP GEMM reads, all three GEMMs in high precision.
 
     Examples
     --------
@@ -360,13 +390,15 @@ class MxLinear(_MxModule):
     def __init__(self, in_features: int, out_features: int, bias: bool = True, *,
                  recipe: str = "e4m3", scale: str = "rceil", input_policy: str | None = None,
                  weight_policy: str | None = None, defer_backward_quant: bool = False,
-                 reuse_quantized_weight: bool = False) -> None:
+                 reuse_quantized_weight: bool = False,
+                 hp_gemms: tuple[str, ...] | list[str] | str = (),
+                 hp_precision: str = "bf16") -> None:
         super().__init__()
         in_features = _check.integer("in_features", in_features)
         out_features = _check.integer("out_features", out_features)
         bias = _check.flag("bias", bias)
         options = _Options(recipe, scale, input_policy, weight_policy, defer_backward_quant,
-                           reuse_quantized_weight)
+                           reuse_quantized_weight, hp_gemms, hp_precision)
         self.in_features = in_features
         self.out_features = out_features
         self.weight = nn.Parameter(torch.empty(out_features, in_features))
@@ -429,11 +461,13 @@ class MxGroupedLinear(_MxModule):
         "e4m3": every operand E4M3; "hybrid": E5M2 gradients.
     scale : {"rceil", "floor", "ceil", "even"}
         The E8M0 scale rule (NUMERICS.md section 4).
-    input_policy, weight_policy : {"quantized", "deferred"}, optional
+    input_policy, weight_policy : {"quantized", "deferred", "auto"}, optional
         What the forward keeps of the input / weight for the backward: the columnwise FP8
-        copy ("quantized") or a reference to the high-precision tensor, quantized in the
-        backward ("deferred"). Default "quantized", or "deferred" under
-        defer_backward_quant.
+        copy ("quantized"), a reference to the high-precision tensor, quantized in the
+        backward ("deferred"), or per call whichever holds less ("auto": the weight is
+        referenced, since the parameter lives anyway; a torch input is quantized, since
+        mxtrain cannot see what else keeps it). Default "quantized", or "deferred" under
+        defer_backward_quant; unset for a role an HP GEMM reads.
     defer_backward_quant : bool
         MindSpeed's ``--mxfp8-defer-backward-quant``: both policies "deferred"; an
         explicit "quantized" policy with it is a ValueError.
@@ -442,6 +476,11 @@ class MxGroupedLinear(_MxModule):
         per layout per optimizer step (see :func:`attach`). After a write through
         ``weight.data`` (an EMA swap), call :func:`invalidate`: torch's version counter
         does not see it.
+    hp_gemms : tuple of {"fprop", "dgrad", "wgrad"}
+        GEMMs run in high precision (hp_precision) instead of MXFP8, as TE's
+        ``override_linear_precision`` and torchao's ``wgrad_with_hp``; not all three.
+    hp_precision : {"bf16", "fp32"}
+        The compute type of the hp_gemms.
 
     Attributes
     ----------
@@ -470,14 +509,16 @@ class MxGroupedLinear(_MxModule):
                  bias: bool = False, *, recipe: str = "e4m3", scale: str = "rceil",
                  input_policy: str | None = None, weight_policy: str | None = None,
                  defer_backward_quant: bool = False,
-                 reuse_quantized_weight: bool = False) -> None:
+                 reuse_quantized_weight: bool = False,
+                 hp_gemms: tuple[str, ...] | list[str] | str = (),
+                 hp_precision: str = "bf16") -> None:
         super().__init__()
         num_experts = _check.integer("num_experts", num_experts, minimum=1)
         in_features = _check.integer("in_features", in_features)
         out_features = _check.integer("out_features", out_features)
         bias = _check.flag("bias", bias)
         options = _Options(recipe, scale, input_policy, weight_policy, defer_backward_quant,
-                           reuse_quantized_weight)
+                           reuse_quantized_weight, hp_gemms, hp_precision)
         self.num_experts = num_experts
         self.in_features = in_features
         self.out_features = out_features

@@ -244,3 +244,66 @@ def test_bad_inputs_raise():
         layer.weight.add_(1.0)
     with pytest.raises(ValueError, match="weight"):
         y.sum().backward()
+
+
+@pytest.mark.parametrize("grouped", [False, True])
+def test_auto_policy_is_bit_identical_and_references_the_weight(grouped):
+    x = torch.randn(100, 64) if grouped else torch.randn(2, 35, 96)
+    dy = torch.randn(100, 48) if grouped else torch.randn(2, 35, 40)
+    results = {}
+    for policy in ("quantized", "auto"):
+        torch.manual_seed(1)
+        if grouped:
+            layer = mxt.MxGroupedLinear(4, 64, 48, bias=True, input_policy=policy,
+                                        weight_policy=policy)
+            results[policy] = _grouped_run(layer, x, dy)
+        else:
+            layer = mxt.MxLinear(96, 40, input_policy=policy, weight_policy=policy)
+            results[policy] = _dense_run(layer, x, dy)
+    for g, b in zip(results["auto"], results["quantized"]):
+        assert _bits_equal(g, b)
+    # What auto chose, seen through the C++ context of one forward: the parameter is
+    # referenced (alive anyway); a torch input, whose other holders mxtrain cannot see, is
+    # quantized.
+    layer = mxt.MxLinear(96, 40, input_policy="auto", weight_policy="auto")
+    bound = mxt._Bound(mxtrain._C.Linear, layer.weight, layer.bias, layer._make_recipe(), "t")
+    _, ctx = bound.op.forward(mxt._borrow(torch.randn(70, 96), "input"))
+    assert (ctx.input_policy, ctx.weight_policy) == ("quantized", "deferred")
+
+
+@pytest.mark.parametrize("hp_gemms", [("wgrad",), ("fprop",), ("dgrad", "wgrad"), "dgrad"])
+def test_hp_gemms_match_the_layer_of_their_precision(hp_gemms):
+    x = torch.randn(2, 35, 96)
+    dy = torch.randn(2, 35, 40)
+    ref = torch.nn.Linear(96, 40)
+    mx_layer = mxt.MxLinear(96, 40)
+    layer = mxt.MxLinear(96, 40, hp_gemms=hp_gemms, hp_precision="fp32")
+    for m in (mx_layer, layer):
+        m.load_state_dict(ref.state_dict())
+    mx = _dense_run(mx_layer, x, dy)
+    got = _dense_run(layer, x, dy)
+    fp32 = _dense_run(ref, x, dy)  # fp32 compute: torch's own fp32 layer, to rounding
+    names = (hp_gemms,) if isinstance(hp_gemms, str) else hp_gemms
+    for i, gemm in enumerate(("fprop", "dgrad", "wgrad")):
+        if gemm in names:
+            # High precision: within fp32 rounding of torch's fp32 layer, far from MXFP8.
+            assert _sqnr(fp32[i], got[i]) > 100, gemm
+        else:
+            assert _bits_equal(got[i], mx[i]), gemm
+    assert _bits_equal(got[3], mx[3])  # db: the column sums of dy either way
+    assert "hp_gemms" in repr(layer)
+
+
+def test_hp_gemms_contradictions_are_value_errors():
+    with pytest.raises(ValueError, match="contradicts a high-precision wgrad"):
+        mxt.MxLinear(8, 8, hp_gemms=("wgrad",), input_policy="deferred")
+    with pytest.raises(ValueError, match="use precision bf16 or fp32"):
+        mxt.MxLinear(8, 8, hp_gemms=("fprop", "dgrad", "wgrad"))
+    with pytest.raises(ValueError, match="names 'wgrad' twice"):
+        mxt.MxLinear(8, 8, hp_gemms=("wgrad", "wgrad"))
+    with pytest.raises(ValueError, match="hp_gemms entry value 'bgrad'"):
+        mxt.MxLinear(8, 8, hp_gemms=("bgrad",))
+    with pytest.raises(TypeError, match="hp_gemms must be a tuple"):
+        mxt.MxLinear(8, 8, hp_gemms=3)
+    with pytest.raises(ValueError, match="hp_precision value 'fp8'"):
+        mxt.MxLinear(8, 8, hp_gemms=("wgrad",), hp_precision="fp8")
