@@ -55,7 +55,7 @@ constexpr char kUsage[] =
                      --hp-precision fp32) instead of MXFP8; a role an HP GEMM reads
                      takes no policy
   --model NAME       tiny (default: the sizes below) or small (d_model 512, 8 heads,
-                     d_ff 1024, context 256; batch 8, 2 micro-batches): the size flags
+                     d_ff 1024, context 256; 2 micro-batches of 16): the size flags
                      below override a preset's
   --steps N          optimizer steps per run (default 200)
   --data FILE        train on FILE's bytes (last tenth for validation) instead of the
@@ -233,7 +233,7 @@ int Train(const ParsedArgs& args) {
   m.Validate();
   const bool small = preset == "small";
   base.steps = ParseInt(args.Get("steps", "200"), "--steps", 1, 10000000);
-  base.batch_size = size("batch", small ? 8 : 16, 65536);
+  base.batch_size = size("batch", 16, 65536);
   base.micro_batches = size("micro-batches", small ? 2 : 4, 1024);
   base.seed = static_cast<uint64_t>(
       ParseInt(args.Get("seed", "1"), "--seed", 0, std::numeric_limits<int64_t>::max()));
