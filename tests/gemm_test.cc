@@ -19,6 +19,7 @@
 #include "mxtrain/error.h"
 #include "mxtrain/quantize.h"
 #include "mxtrain/simd.h"
+#include "mxtrain/testing.h"
 #include "test_util.h"
 
 namespace mxtrain {
@@ -262,7 +263,7 @@ TEST(Gemm, SimdF32EveryTargetAgainstOracle) {
   const auto every_target = [&](const testing_util::BoundOracle& oracle, const std::string& what,
                                 auto&& gemm) {
     for (const std::string& target : targets) {
-      const testing_util::ScopedSimdTarget scoped(target);
+      const ScopedSimdTarget scoped(target);
       oracle.Check(gemm(), target + " " + what);
     }
   };

@@ -15,6 +15,7 @@
 
 #include "mxtrain/error.h"
 #include "mxtrain/simd.h"
+#include "mxtrain/testing.h"
 #include "quantize/scale_table.h"
 #include "test_util.h"
 
@@ -26,7 +27,6 @@ using testing_util::EdgeMix;
 using testing_util::FirstDifference;
 using testing_util::MakeBf16;
 using testing_util::MakeF32;
-using testing_util::ScopedSimdTarget;
 
 using testing_util::kFormats;
 using testing_util::kRules;
@@ -578,7 +578,7 @@ TEST(Simd, ForcingATargetSwitchesTheKernels) {
   ASSERT_FALSE(targets.empty());
   EXPECT_EQ(targets.back(), "SCALAR");  // the portable path is always compiled and runnable
   for (const std::string& t : targets) {
-    testing_util::ScopedSimdTarget scoped(t);
+    ScopedSimdTarget scoped(t);
     EXPECT_EQ(CurrentSimdTarget(), t);
     EXPECT_EQ(std::string(internal::CurrentQuantKernels().target), t);
     EXPECT_EQ(std::string(internal::QuantKernelsForTarget(t).target), t);
@@ -589,7 +589,7 @@ TEST(Simd, ForcingATargetSwitchesTheKernels) {
   EXPECT_EQ(AvailableSimdTargets(), targets);
   EXPECT_EQ(std::string(internal::CurrentQuantKernels().target), targets.front());
   for (const std::string& t : targets) {
-    testing_util::ScopedSimdTarget scoped(t);
+    ScopedSimdTarget scoped(t);
     EXPECT_EQ(AvailableSimdTargets().front(), t);
     EXPECT_EQ(std::string(internal::CurrentQuantKernels().target), t);
   }

@@ -13,6 +13,7 @@
 
 #include "gemm/kernels.h"
 #include "mxtrain/error.h"
+#include "mxtrain/testing.h"
 #include "omp_threads.h"
 
 namespace mxtrain {

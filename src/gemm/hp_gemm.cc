@@ -17,6 +17,7 @@
 #include "gemm/kernels.h"
 #include "mxtrain/elementwise.h"
 #include "mxtrain/error.h"
+#include "mxtrain/testing.h"
 
 #ifdef MXTRAIN_HAVE_DNNL
 #include <oneapi/dnnl/dnnl.hpp>

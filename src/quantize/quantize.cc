@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "mxtrain/error.h"
+#include "mxtrain/testing.h"
 #include "omp_threads.h"
 #include "quantize/kernels.h"
 #include "quantize/scale_table.h"
