@@ -103,8 +103,9 @@ HWY_INLINE bool AnySlow16(M16 fast) { return !hn::AllTrue(D16(), fast); }
 // the per-lane subtrahends `sub` (Enc16::Sub, kRound folded in). `fast` loses the lanes of
 // SlowLanes16 (StillFast16): the caller encodes the vectors that had any again with the fp32
 // encoder. Zero lanes saturate to 0, which rounds to code 0 before the sign. kSaturate: clamp
-// at the largest element; rceil and ceil never exceed it (exhaustive_rceil_range), so
-// their kernels leave the min out (one vector op of about ten). The code is built in the high byte
+// at the largest element; rceil and ceil never exceed it
+// (Exhaustive.RceilAndCeilNeverRoundPastTheLargestElement), so their kernels leave the min
+// out (one vector op of about ten). The code is built in the high byte
 // so that the sign is one bitwise select from h and no shift back is needed (docs/decisions.md,
 // "16-bit quantization lanes").
 template <ElementFormat kFormat, bool kSaturate = true>

@@ -47,7 +47,8 @@ namespace hn = hwy::HWY_NAMESPACE;
 
 // Whether a rule's elements can exceed the largest element once scaled (floor and even:
 // blocks whose amax mantissa is large); rceil and ceil cannot (docs/decisions.md "rceil and
-// saturation", checked by exhaustive_rceil_range), so their kernels leave the clamp out.
+// saturation", checked by Exhaustive.RceilAndCeilNeverRoundPastTheLargestElement), so
+// their kernels leave the clamp out.
 HWY_INLINE bool RuleSaturates(ScaleRule rule) {
   return rule != ScaleRule::kRceil && rule != ScaleRule::kCeil;
 }
