@@ -10,6 +10,13 @@
 // holds for a K chunk of up to 2048 (at least 2 panels), and sweeps its 32-row panels of A
 // past them; C is loaded and stored once per chunk. Long chunks matter more than wide items
 // here: every C switch drains the tile pipeline (docs/decisions.md, "AMX blocking").
+//
+// Written with intrinsics rather than Highway: Highway 1.0.3 has no AMX tile operations and
+// no VDPBF16PS (its bf16 ReorderWidenMulAccumulate widens to fp32 and multiplies there), and
+// the packing around them only ever runs where AVX-512BW is present, so this file is
+// compiled for exactly that ISA with target attributes (below) instead of once per Highway
+// target; the driver calls it only where the CPU has the units (gemm/amx.h). The decode,
+// the transposes, the stores and the two microkernels are each one small named function.
 #include <immintrin.h>
 #include <omp.h>
 
