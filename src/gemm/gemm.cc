@@ -145,6 +145,8 @@ bool TileSafety::operator()(int64_t ti, int64_t tj) const {
 std::vector<uint8_t> PlanBlocks(const GemmProblem& p, int64_t block_rows, int64_t block_cols,
                                 std::vector<uint8_t>& skipped) {
   const int64_t tiles_i = CeilDiv(p.a.free, kGemmTile), tiles_j = CeilDiv(p.b.free, kGemmTile);
+  MXTRAIN_DCHECK(block_rows > 0 && block_cols > 0);
+  MXTRAIN_DCHECK(static_cast<int64_t>(skipped.size()) == tiles_i * tiles_j);
   const int64_t blocks_i = CeilDiv(p.a.free, block_rows), blocks_j = CeilDiv(p.b.free, block_cols);
   const TileSafety tile_safe(p);
   std::vector<uint8_t> safe(static_cast<size_t>(tiles_i * tiles_j));

@@ -25,6 +25,7 @@
 #include <cstring>
 
 #include "gemm/kernels.h"
+#include "mxtrain/error.h"
 #include "mxtrain/format/bits.h"
 #include "mxtrain/tensor.h"
 
@@ -301,10 +302,12 @@ MXTRAIN_AVX512 void PackATilePairColumnwise(const GemmOperand& op, const Bf16Tab
 }
 
 Tensor PackA(const GemmOperand& op, int64_t rows_pad, int64_t kbs, int threads) {
+  MXTRAIN_DCHECK(rows_pad % kBlockDim == 0 && rows_pad >= op.free && kbs == op.blocks);
   const Bf16Table table(op.format);
   Tensor out =
       Tensor::Empty(DType::kBF16, {rows_pad / 16, kbs, kTileElems}, MemoryCategory::kWorkspace);
   uint16_t* dst = out.data<uint16_t>();
+  MXTRAIN_DCHECK(reinterpret_cast<uintptr_t>(dst) % 64 == 0);  // whole-line (streamed) stores
   if (!op.contract_rows) {
 #pragma omp parallel num_threads(threads)
     {
@@ -395,10 +398,12 @@ void PackBPairs(const GemmOperand& op, const Bf16Table& table, int64_t tp0, int6
 
 // All of B, threads splitting the tile pairs (rowwise storage) or the K blocks (columnwise).
 Tensor PackB(const GemmOperand& op, int64_t cols_pad, int64_t kbs, int threads) {
+  MXTRAIN_DCHECK(cols_pad % kBlockDim == 0 && cols_pad >= op.free && kbs == op.blocks);
   const Bf16Table table(op.format);
   Tensor out =
       Tensor::Empty(DType::kBF16, {cols_pad / 16, kbs, kTileElems}, MemoryCategory::kWorkspace);
   uint16_t* dst = out.data<uint16_t>();
+  MXTRAIN_DCHECK(reinterpret_cast<uintptr_t>(dst) % 64 == 0);  // whole-line (streamed) stores
   const int64_t pairs = cols_pad / 32;
 #pragma omp parallel num_threads(threads)
   {
@@ -437,6 +442,7 @@ struct NextC {
 // start from zero instead of a load from memory.
 MXTRAIN_AMX void AmxBlock(const uint16_t* a, const uint16_t* b, int64_t kbs, int64_t kb0,
                           int64_t kb1, float* c, int64_t ldc, bool load_c, NextC next) {
+  MXTRAIN_DCHECK(0 <= kb0 && kb0 < kb1 && kb1 <= kbs && ldc >= kBlockDim);
   const int64_t stride = ldc * static_cast<int64_t>(sizeof(float));
   if (load_c) {
     _tile_loadd(0, c, stride);
@@ -493,6 +499,8 @@ MXTRAIN_AMX void ReleaseTiles() { _tile_release(); }
 // both column halves use.
 MXTRAIN_DPBF16 void DpBlock(const uint16_t* a, const uint16_t* b, int64_t kbs, int64_t kb0,
                             int64_t kb1, float* c, int64_t ldc, bool load_c) {
+  MXTRAIN_DCHECK(0 <= kb0 && kb0 < kb1 && kb1 <= kbs && ldc >= kBlockDim);
+  MXTRAIN_DCHECK(reinterpret_cast<uintptr_t>(b) % 64 == 0);  // aligned loads of B's rows
   constexpr int kStrip = 8;
   const uint16_t* b1 = b + kbs * kTileElems;
   for (int64_t strip = 0; strip < 32 / kStrip; ++strip) {
@@ -587,6 +595,7 @@ void RunBf16Gemm(const GemmProblem& p, std::vector<uint8_t>& skipped) {
     if (!split_rows) {
       item_pack = Tensor::Empty(DType::kBF16, {2 * column_panels, kbs, kTileElems},
                                 MemoryCategory::kWorkspace);
+      MXTRAIN_DCHECK(reinterpret_cast<uintptr_t>(item_pack.raw()) % 64 == 0);
     }
     // C blocks of rows [pi_begin, pi_end) x column item `item`.
     const auto run = [&](int64_t item, int64_t pi_begin, int64_t pi_end) {
@@ -655,10 +664,14 @@ void RunBf16Gemm(const GemmProblem& p, std::vector<uint8_t>& skipped) {
 }  // namespace
 
 void GemmAmx(const GemmProblem& p, std::vector<uint8_t>& skipped) {
+  DCheckGemmProblem(p, skipped);
+  MXTRAIN_DCHECK(AmxAvailable());
   RunBf16Gemm<AmxKernel>(p, skipped);
 }
 
 void GemmAvx512Bf16(const GemmProblem& p, std::vector<uint8_t>& skipped) {
+  DCheckGemmProblem(p, skipped);
+  MXTRAIN_DCHECK(Avx512Bf16Available());
   RunBf16Gemm<DpKernel>(p, skipped);
 }
 

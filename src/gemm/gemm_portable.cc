@@ -10,6 +10,7 @@
 
 namespace mxtrain::internal {
 Tensor DecodeRowsF32(const GemmOperand& op, int64_t rows, int64_t s_pad, int threads) {
+  MXTRAIN_DCHECK(rows >= op.free && s_pad >= op.s);
   std::array<float, 256> table;
   for (int c = 0; c < 256; ++c) table[c] = DecodeElement(op.format, static_cast<uint8_t>(c));
   Tensor out = Tensor::Zeros(DType::kF32, {rows, s_pad}, MemoryCategory::kWorkspace);
@@ -24,6 +25,7 @@ Tensor DecodeRowsF32(const GemmOperand& op, int64_t rows, int64_t s_pad, int thr
 }
 
 void GemmPortable(const GemmProblem& p, std::vector<uint8_t>& skipped) {
+  DCheckGemmProblem(p, skipped);
   const int64_t s_pad = CeilDiv(p.a.s, 16) * 16;
   const Tensor a = DecodeRowsF32(p.a, p.a.free, s_pad, p.threads);
   const Tensor b = DecodeRowsF32(p.b, p.b.free, s_pad, p.threads);

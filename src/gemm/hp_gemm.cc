@@ -64,6 +64,7 @@ inline float At(const HpView& v, int64_t f, int64_t k) {
 // The portable path: B packed as fp32 [S, J] once, then for each block of 4 rows of C the
 // sum over s in order, vectorized over j (no reassociation: the order is fixed by s).
 void HpGemmPortable(const HpView& a, const HpView& b, float* c, bool overwrite, int threads) {
+  MXTRAIN_DCHECK(a.s == b.s && a.t.dtype() == b.t.dtype() && c != nullptr && threads >= 1);
   const int64_t rows = a.free, cols = b.free, s_len = a.s;
   Tensor bt = Tensor::Empty(DType::kF32, {s_len, cols}, MemoryCategory::kWorkspace);
   float* bp = bt.data<float>();
@@ -113,6 +114,7 @@ class OneDnn {
   }
 
   void Run(const HpView& a, const HpView& b, float* c, bool accumulate, int threads) {
+    MXTRAIN_DCHECK(a.s == b.s && a.t.dtype() == b.t.dtype() && c != nullptr && threads >= 1);
     using dt = dnnl::memory::data_type;
     const bool bf16 = a.t.dtype() == DType::kBF16;
     // A [M, K]: element (i, s) at i * a_sm + s * a_sk; B [K, N]: (s, j) at s * b_sk + j * b_sn.
