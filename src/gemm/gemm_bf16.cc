@@ -306,7 +306,7 @@ Tensor PackA(const GemmOperand& op, int64_t rows_pad, int64_t kbs, int threads) 
   const Bf16Table table(op.format);
   Tensor out =
       Tensor::Empty(DType::kBF16, {rows_pad / 16, kbs, kTileElems}, MemoryCategory::kWorkspace);
-  uint16_t* dst = out.data<uint16_t>();
+  uint16_t* dst = out.mutable_data<uint16_t>();
   MXTRAIN_DCHECK(reinterpret_cast<uintptr_t>(dst) % 64 == 0);  // whole-line (streamed) stores
   if (!op.contract_rows) {
 #pragma omp parallel num_threads(threads)
@@ -402,7 +402,7 @@ Tensor PackB(const GemmOperand& op, int64_t cols_pad, int64_t kbs, int threads) 
   const Bf16Table table(op.format);
   Tensor out =
       Tensor::Empty(DType::kBF16, {cols_pad / 16, kbs, kTileElems}, MemoryCategory::kWorkspace);
-  uint16_t* dst = out.data<uint16_t>();
+  uint16_t* dst = out.mutable_data<uint16_t>();
   MXTRAIN_DCHECK(reinterpret_cast<uintptr_t>(dst) % 64 == 0);  // whole-line (streamed) stores
   const int64_t pairs = cols_pad / 32;
 #pragma omp parallel num_threads(threads)
@@ -567,7 +567,7 @@ void RunBf16Gemm(const GemmProblem& p, std::vector<uint8_t>& skipped) {
   const std::vector<uint8_t> block_ok = PlanBlocks(p, kBlockDim, kBlockDim, skipped);
 
   const Tensor a_pack = PackA(p.a, rows_pad, kbs, p.threads);
-  const uint16_t* a = a_pack.data<uint16_t>();
+  const uint16_t* a = a_pack.const_data<uint16_t>();
   // K chunks outermost within an item (C blocks reloaded per chunk past the first), so that
   // only one chunk of each panel's B tiles has to stay in L2 and an item can be wide.
   const int64_t resident_kbs = std::min(kbs, kChunkBlocks);
@@ -602,10 +602,11 @@ void RunBf16Gemm(const GemmProblem& p, std::vector<uint8_t>& skipped) {
       const int64_t pj0 = item * column_panels;
       const int64_t pj1 = std::min(panels_j, pj0 + column_panels);
       // B tiles of panel pj: from the whole pack, or from this item's.
-      const uint16_t* b = split_rows ? b_pack.data<uint16_t>() : item_pack.data<uint16_t>();
+      const uint16_t* b =
+          split_rows ? b_pack.const_data<uint16_t>() : item_pack.const_data<uint16_t>();
       const int64_t pj_base = split_rows ? 0 : pj0;
       if (!split_rows) {
-        PackBPairs<false>(p.b, b_table, pj0, pj1, 0, kbs, kbs, item_pack.data<uint16_t>());
+        PackBPairs<false>(p.b, b_table, pj0, pj1, 0, kbs, kbs, item_pack.mutable_data<uint16_t>());
       }
       // One C block (pi, pj) over K blocks [kb0, kb1).
       const auto block = [&](int64_t pi, int64_t pj, int64_t kb0, int64_t kb1, NextC next) {

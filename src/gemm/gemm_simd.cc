@@ -173,7 +173,7 @@ void RunGemm(const GemmProblem& p, std::vector<uint8_t>& skipped) {
   const DecodeTables ta(p.a.format), tb(p.b.format);
   // B panel of one (column block, K chunk): nc_panels micro-panels of [kKc][nr].
   Tensor b_pack = Tensor::Empty(DType::kF32, {nc_panels * kKc * nr}, MemoryCategory::kWorkspace);
-  float* bp = b_pack.data<float>();
+  float* bp = b_pack.mutable_data<float>();
   MXTRAIN_DCHECK(reinterpret_cast<uintptr_t>(bp) % 64 == 0);  // micro-panels 64-aligned
   // Rows split between threads when each gets at least two micro-panels of rows; else the
   // threads split the column micro-panels of each block (each packs the A rows it needs).
@@ -183,7 +183,7 @@ void RunGemm(const GemmProblem& p, std::vector<uint8_t>& skipped) {
   {
     const int64_t team = omp_get_num_threads(), t = omp_get_thread_num();
     Tensor a_pack = Tensor::Empty(DType::kF32, {mc_panels * kMr * kKc}, MemoryCategory::kWorkspace);
-    float* ap = a_pack.data<float>();
+    float* ap = a_pack.mutable_data<float>();
     alignas(64) float edge[kMr * 2 * HWY_MAX_BYTES / sizeof(float)];
     const int64_t rp0 = split_rows ? row_panels * t / team : 0;
     const int64_t rp1 = split_rows ? row_panels * (t + 1) / team : row_panels;

@@ -121,8 +121,8 @@ void ForEachStrip(const std::vector<ColStrip>& strips, int threads, Fn&& fn) {
   Tensor workspace = Tensor::Empty(DType::kU8, {used, slot_bytes}, MemoryCategory::kWorkspace);
 #pragma omp parallel num_threads(used)
   {
-    const internal::Workspace ws{workspace.data<uint8_t>() + omp_get_thread_num() * slot_bytes,
-                                 slot_bytes};
+    const internal::Workspace ws{
+        workspace.mutable_data<uint8_t>() + omp_get_thread_num() * slot_bytes, slot_bytes};
 #pragma omp for schedule(static)
     for (int64_t i = 0; i < n; ++i) fn(strips[i], ws);
   }
@@ -152,7 +152,7 @@ MxTensor MakeColumnwise(const Tensor& x, const QuantizeOptions& options, const G
   MxBuffers col(x, BlockAxis::kColumnwise, groups, options);
   const QuantKernels& k = internal::CurrentQuantKernels();
   const int threads = ThreadCount(options);
-  const ColwiseOut out{col.data.data<uint8_t>(), col.scales.data<uint8_t>(),
+  const ColwiseOut out{col.data.mutable_data<uint8_t>(), col.scales.mutable_data<uint8_t>(),
                        StreamsColumnwiseCodes(x, options)};
   ForEachStrip(MakeStrips(segments, src.cols, src.bf16 ? 2 : 4, threads, MaxStripBytes()), threads,
                [&](const ColStrip& s, internal::Workspace ws) { k.colwise(src, s, out, ws); });
@@ -168,8 +168,8 @@ DualMx MakeDual(const Tensor& x, const QuantizeOptions& options, const GroupList
   MxBuffers col(x, BlockAxis::kColumnwise, groups, options);
   const QuantKernels& k = internal::CurrentQuantKernels();
   const int threads = ThreadCount(options);
-  const RowwiseOut row_out{row.data.data<uint8_t>(), row.scales.data<uint8_t>()};
-  const ColwiseOut col_out{col.data.data<uint8_t>(), col.scales.data<uint8_t>(),
+  const RowwiseOut row_out{row.data.mutable_data<uint8_t>(), row.scales.mutable_data<uint8_t>()};
+  const ColwiseOut col_out{col.data.mutable_data<uint8_t>(), col.scales.mutable_data<uint8_t>(),
                            StreamsColumnwiseCodes(x, options)};
   ForEachStrip(
       MakeStrips(segments, src.cols, src.bf16 ? 2 : 4, threads, /*max_strip_bytes=*/0), threads,
@@ -222,7 +222,7 @@ MxTensor QuantizeRowwise(const Tensor& x, const QuantizeOptions& options) {
   const QuantSource src = SourceOf(x, options, "rowwise quantize");
   MxBuffers row(x, BlockAxis::kRowwise, std::nullopt, options);
   const QuantKernels& k = internal::CurrentQuantKernels();
-  const RowwiseOut out{row.data.data<uint8_t>(), row.scales.data<uint8_t>()};
+  const RowwiseOut out{row.data.mutable_data<uint8_t>(), row.scales.mutable_data<uint8_t>()};
   // At least 16 Ki elements per thread, so that tiny tensors don't pay for a thread team.
   const int64_t rows = src.rows;
   const int threads =
