@@ -17,6 +17,7 @@
 #include "mxtrain/gemm.h"
 #include "mxtrain/hp_gemm.h"
 #include "mxtrain/simd.h"
+#include "mxtrain/testing.h"
 
 namespace mxtrain::cli {
 

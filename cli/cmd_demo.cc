@@ -56,7 +56,7 @@ class NormalSource {
 
 Tensor DemoTensor(uint64_t seed) {
   Tensor x = Tensor::Empty(DType::kF32, {kRows, kCols});
-  float* v = x.data<float>();
+  float* v = x.mutable_data<float>();
   NormalSource normal(seed);
   for (int64_t r = 0; r < kRows; ++r) {
     const int exp = r < 4 ? kLargeRowScale : r < 8 ? kSmallRowScale : 0;
@@ -87,8 +87,8 @@ int64_t ScaleIndex(const MxTensor& q, int64_t r, int64_t c) {
 
 Stats Measure(const Tensor& x, const MxTensor& q) {
   Stats st;
-  const uint8_t* s = q.scales().data<uint8_t>();
-  const float* xs = x.data<float>();
+  const uint8_t* s = q.scales().const_data<uint8_t>();
+  const float* xs = x.const_data<float>();
   const Tensor y = Dequantize(q, DType::kF32);
   // An element below the format's smallest normal (times its block scale) keeps fewer
   // mantissa bits by design; the relative error is reported for the normal range only.
@@ -101,7 +101,7 @@ Stats Measure(const Tensor& x, const MxTensor& q) {
       const uint8_t b = s[block];
       if (b == kE8M0NaN) continue;  // the SQNR is over finite blocks
       const double xv = xs[r * q.cols() + c];
-      const double yv = y.data<float>()[r * q.cols() + c];
+      const double yv = y.const_data<float>()[r * q.cols() + c];
       const double err = xv - yv;
       signal += xv * xv;
       noise += err * err;

@@ -18,6 +18,7 @@
 #include "mxtrain/group_list.h"
 #include "mxtrain/npy.h"
 #include "mxtrain/quantize.h"
+#include "mxtrain/testing.h"
 
 namespace mxtrain::cli {
 namespace {

@@ -55,13 +55,13 @@ Tensor CastTo(const Tensor& x, DType dtype, MemoryCategory category, int threads
   Tensor out = Tensor::Empty(dtype, x.shape(), category);
   const int64_t n = x.NumElements();
   if (dtype == DType::kBF16) {
-    const float* src = x.data<float>();
-    uint16_t* dst = out.data<uint16_t>();
+    const float* src = x.const_data<float>();
+    uint16_t* dst = out.mutable_data<uint16_t>();
 #pragma omp parallel for num_threads(Threads(threads)) schedule(static) if (n > (1 << 16))
     for (int64_t i = 0; i < n; ++i) dst[i] = F32ToBf16(src[i]);
   } else {
-    const uint16_t* src = x.data<uint16_t>();
-    float* dst = out.data<float>();
+    const uint16_t* src = x.const_data<uint16_t>();
+    float* dst = out.mutable_data<float>();
 #pragma omp parallel for num_threads(Threads(threads)) schedule(static) if (n > (1 << 16))
     for (int64_t i = 0; i < n; ++i) dst[i] = Bf16ToF32(src[i]);
   }
@@ -73,7 +73,7 @@ Tensor SumRows(const Tensor& x, Tensor* accumulate, int threads, MemoryCategory 
   MXTRAIN_CHECK(x.rank() == 2, "row sum: input must be 2-D, got ", x.shape().ToString());
   const int64_t m = x.shape()[0], n = x.shape()[1];
   Tensor out = Accumulator(accumulate, {n}, "row sum", category);
-  float* o = out.data<float>();
+  float* o = out.mutable_data<float>();
   const int64_t chunks = (n + kColumnChunk - 1) / kColumnChunk;
 #pragma omp parallel for num_threads(Threads(threads)) schedule(static) if (m * n > (1 << 16))
   for (int64_t c = 0; c < chunks; ++c) {
@@ -90,7 +90,7 @@ Tensor SumRowsGrouped(const Tensor& x, const GroupList& groups, Tensor* accumula
   const int64_t n = x.shape()[1];
   const int g_count = groups.num_groups();
   Tensor out = Accumulator(accumulate, {g_count, n}, "grouped row sum", category);
-  float* o = out.data<float>();
+  float* o = out.mutable_data<float>();
   const int64_t chunks = (n + kColumnChunk - 1) / kColumnChunk;
 #pragma omp parallel for num_threads(Threads(threads)) schedule(static) collapse(2)
   for (int g = 0; g < g_count; ++g) {

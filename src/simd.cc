@@ -11,6 +11,7 @@
 #include <mutex>
 
 #include "mxtrain/error.h"
+#include "mxtrain/testing.h"
 #include "simd_internal.h"
 
 namespace mxtrain {

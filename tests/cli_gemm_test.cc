@@ -21,6 +21,7 @@
 #include "cli_test_util.h"
 #include "mxtrain/gemm.h"
 #include "mxtrain/quantize.h"
+#include "mxtrain/testing.h"
 #include "test_util.h"
 
 namespace mxtrain {
@@ -106,13 +107,6 @@ Tensor ExpectedGroupedGemm(const Tensor& x, const Tensor& w, const std::vector<i
   }
   return y;
 }
-
-// Forces a GEMM path in this process for one test, so that the in-process result comes
-// from the path the CLI is told to use.
-struct ScopedGemmPath {
-  explicit ScopedGemmPath(const std::string& name) { ForceGemmPath(name); }
-  ~ScopedGemmPath() { ForceGemmPath(""); }
-};
 
 class CliGemmTest : public testing_util::CliFixture {
  protected:

@@ -17,6 +17,7 @@
 
 #include "cli_test_util.h"
 #include "mxtrain/quantize.h"
+#include "mxtrain/simd.h"
 #include "test_util.h"
 
 namespace mxtrain {

@@ -1,8 +1,8 @@
 // Every fp32 bit pattern (2^32 of them) through the SIMD element encoder of every compiled
-// target, against the scalar reference encoder, for E4M3 and E5M2; every non-negative fp32
-// amax (2^31) through each rule's scale table, against BlockScale; and every finite amax
-// under rceil and ceil, which must never round past the largest element. Label
-// "exhaustive" (a ctest entry per test).
+// target (one test instance per target, per_target_test.h), against the scalar reference
+// encoder, for E4M3 and E5M2; every non-negative fp32 amax (2^31) through each rule's scale
+// table, against BlockScale; and every finite amax under rceil and ceil, which must never
+// round past the largest element. Label "exhaustive" (a ctest entry per test and target).
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -15,17 +15,21 @@
 #include "mxtrain/format/e5m2.h"
 #include "mxtrain/format/e8m0.h"
 #include "mxtrain/format/element.h"
-#include "mxtrain/quantize.h"
-#include "mxtrain/simd.h"
-#include "quantize/kernels.h"
+#include "mxtrain/testing.h"
+#include "per_target_test.h"
 #include "quantize/scale_table.h"
 
 namespace mxtrain {
 namespace {
 
-TEST(Exhaustive, SimdEncoderEqualsScalarOnAllFp32) {
+// One instance per target, forced for the whole test: every thread runs the quantizers'
+// element encoder of that target (EncodeElements, testing.h).
+class ExhaustivePerTarget : public testing_util::SimdTargetTest {};
+MXTRAIN_INSTANTIATE_PER_SIMD_TARGET(ExhaustivePerTarget);
+
+TEST_P(ExhaustivePerTarget, SimdEncoderEqualsScalarOnAllFp32) {
   constexpr uint64_t kChunk = uint64_t{1} << 20;
-  const std::vector<std::string> targets = AvailableSimdTargets();
+  const std::string& t = GetParam();
   for (ElementFormat f : {ElementFormat::kE4M3, ElementFormat::kE5M2}) {
     int64_t mismatches = 0;
 #pragma omp parallel reduction(+ : mismatches)
@@ -38,23 +42,20 @@ TEST(Exhaustive, SimdEncoderEqualsScalarOnAllFp32) {
           in[i] = F32FromBits(static_cast<uint32_t>(chunk * kChunk + i));
           want[i] = EncodeElement(f, in[i]);
         }
-        for (const std::string& t : targets) {
-          // Call a specific target's kernel without touching the global choice.
-          internal::QuantKernelsForTarget(t).encode(f, in.data(), got.data(), kChunk);
-          if (std::memcmp(got.data(), want.data(), kChunk) != 0) {
-            for (uint64_t i = 0; i < kChunk; ++i) {
-              if (got[i] != want[i] && mismatches < 10) {
+        EncodeElements(f, in.data(), got.data(), kChunk);
+        if (std::memcmp(got.data(), want.data(), kChunk) != 0) {
+          for (uint64_t i = 0; i < kChunk; ++i) {
+            if (got[i] != want[i] && mismatches < 10) {
 #pragma omp critical
-                ADD_FAILURE() << t << " " << Name(f) << " bits " << std::hex << F32Bits(in[i])
-                              << ": " << int{got[i]} << " vs " << int{want[i]};
-              }
-              mismatches += got[i] != want[i];
+              ADD_FAILURE() << t << " " << Name(f) << " bits " << std::hex << F32Bits(in[i]) << ": "
+                            << int{got[i]} << " vs " << int{want[i]};
             }
+            mismatches += got[i] != want[i];
           }
         }
       }
     }
-    EXPECT_EQ(mismatches, 0) << Name(f);
+    EXPECT_EQ(mismatches, 0) << t << " " << Name(f);
   }
 }
 

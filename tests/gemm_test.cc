@@ -19,6 +19,8 @@
 #include "mxtrain/error.h"
 #include "mxtrain/quantize.h"
 #include "mxtrain/simd.h"
+#include "mxtrain/testing.h"
+#include "per_target_test.h"
 #include "test_util.h"
 
 namespace mxtrain {
@@ -45,111 +47,101 @@ Operands MakeTrainingOperands(int64_t m, int64_t n, int64_t k, uint64_t seed, in
   return {xd.rowwise, wd.rowwise, wd.columnwise, dyd.rowwise, dyd.columnwise, xd.columnwise};
 }
 
-TEST(Gemm, TrainingGemmsEveryPathWithinBound) {
-  for (const std::string& path : AvailableGemmPaths()) {
-    ForceGemmPath(path);
-    for (auto [lo, hi] : {std::pair{-3, 3}, std::pair{-60, -40}, std::pair{30, 50}}) {
-      const Operands o = MakeTrainingOperands(37, 45, 70, 7 + lo, lo, hi);
-      const std::string tag = path + " exps " + std::to_string(lo);
-      ExpectWithinBound(MxGemm(o.x_row, o.w_row), o.x_row, o.w_row, "fprop " + tag);
-      ExpectWithinBound(MxGemm(o.dy_row, o.w_col), o.dy_row, o.w_col, "dgrad " + tag);
-      ExpectWithinBound(MxGemm(o.dy_col, o.x_col), o.dy_col, o.x_col, "wgrad " + tag);
-    }
+// The tests of a GemmPerPath or GroupedGemmPerPath run once per GEMM path of this machine
+// (per_target_test.h), the path forced for the whole test.
+class GemmPerPath : public testing_util::GemmPathTest {};
+MXTRAIN_INSTANTIATE_PER_GEMM_PATH(GemmPerPath);
+
+TEST_P(GemmPerPath, TrainingGemmsWithinBound) {
+  const std::string& path = GetParam();
+  for (auto [lo, hi] : {std::pair{-3, 3}, std::pair{-60, -40}, std::pair{30, 50}}) {
+    const Operands o = MakeTrainingOperands(37, 45, 70, 7 + lo, lo, hi);
+    const std::string tag = path + " exps " + std::to_string(lo);
+    ExpectWithinBound(MxGemm(o.x_row, o.w_row), o.x_row, o.w_row, "fprop " + tag);
+    ExpectWithinBound(MxGemm(o.dy_row, o.w_col), o.dy_row, o.w_col, "dgrad " + tag);
+    ExpectWithinBound(MxGemm(o.dy_col, o.x_col), o.dy_col, o.x_col, "wgrad " + tag);
   }
-  ForceGemmPath("");
 }
 
-TEST(Gemm, ShapeSweepRemainders) {
+TEST_P(GemmPerPath, ShapeSweepRemainders) {
   uint64_t seed = 100;
-  for (const std::string& path : AvailableGemmPaths()) {
-    ForceGemmPath(path);
-    for (int64_t m : {1, 2, 15, 16, 17, 33, 70}) {
-      for (int64_t n : {1, 3, 16, 31, 48, 70}) {
-        for (int64_t k : {1, 5, 31, 32, 33, 64, 70}) {
-          const Tensor a = MakeF32({m, k}, RandomValues(m * k, ++seed, -2, 2));
-          const Tensor b = MakeF32({n, k}, RandomValues(n * k, ++seed, -2, 2));
-          const MxTensor qa = QuantizeRowwise(a, {}), qb = QuantizeRowwise(b, {});
-          ExpectWithinBound(MxGemm(qa, qb), qa, qb,
-                            StrCat(path, " ", m, "x", n, "x", k, " seed ", seed));
-        }
+  const std::string& path = GetParam();
+  for (int64_t m : {1, 2, 15, 16, 17, 33, 70}) {
+    for (int64_t n : {1, 3, 16, 31, 48, 70}) {
+      for (int64_t k : {1, 5, 31, 32, 33, 64, 70}) {
+        const Tensor a = MakeF32({m, k}, RandomValues(m * k, ++seed, -2, 2));
+        const Tensor b = MakeF32({n, k}, RandomValues(n * k, ++seed, -2, 2));
+        const MxTensor qa = QuantizeRowwise(a, {}), qb = QuantizeRowwise(b, {});
+        ExpectWithinBound(MxGemm(qa, qb), qa, qb,
+                          StrCat(path, " ", m, "x", n, "x", k, " seed ", seed));
       }
     }
   }
-  ForceGemmPath("");
 }
 
-TEST(Gemm, ExtremeScalesTakeTheExactPath) {
+TEST_P(GemmPerPath, ExtremeScalesTakeTheExactPath) {
   // Scale bytes below ~10 make decoded values bf16/fp32 subnormal, which AMX would flush.
-  for (const std::string& path : AvailableGemmPaths()) {
-    ForceGemmPath(path);
-    // x and w magnitudes: both tiny (decoded values and products subnormal), both large
-    // (products overflow to Inf), one near the top of fp32 and one near the bottom (decoded
-    // values overflow or underflow though the products are ordinary).
-    const int ranges[][4] = {{-125, -118, -125, -118},
-                             {-135, -125, -10, 0},
-                             {100, 110, 20, 30},
-                             {118, 126, -126, -118},
-                             {-60, -50, -70, -60}};
-    for (const auto& r : ranges) {
-      const Operands o =
-          MakeTrainingOperands(20, 40, 96, 55, r[0], r[1], ElementFormat::kE4M3, r[2], r[3]);
-      ExpectWithinBound(MxGemm(o.x_row, o.w_row), o.x_row, o.w_row,
-                        StrCat(path, " fprop ", r[0], " ", r[2]));
-      ExpectWithinBound(MxGemm(o.x_row, o.w_row), o.x_row, o.w_row, StrCat(path, " fprop ", r[0]));
-    }
-    // One tiny row among normal ones: only its tiles go exact, results still in bound.
-    std::vector<float> v = RandomValues(32 * 64, 9, -1, 1);
-    for (int k = 0; k < 64; ++k) v[5 * 64 + k] = std::ldexp(v[5 * 64 + k], -125);
-    const MxTensor a = QuantizeRowwise(MakeF32({32, 64}, v), {});
-    const MxTensor b = QuantizeRowwise(MakeF32({24, 64}, RandomValues(24 * 64, 10, -1, 1)), {});
-    ExpectWithinBound(MxGemm(a, b), a, b, path + " mixed");
+  const std::string& path = GetParam();
+  // x and w magnitudes: both tiny (decoded values and products subnormal), both large
+  // (products overflow to Inf), one near the top of fp32 and one near the bottom (decoded
+  // values overflow or underflow though the products are ordinary).
+  const int ranges[][4] = {{-125, -118, -125, -118},
+                           {-135, -125, -10, 0},
+                           {100, 110, 20, 30},
+                           {118, 126, -126, -118},
+                           {-60, -50, -70, -60}};
+  for (const auto& r : ranges) {
+    const Operands o =
+        MakeTrainingOperands(20, 40, 96, 55, r[0], r[1], ElementFormat::kE4M3, r[2], r[3]);
+    ExpectWithinBound(MxGemm(o.x_row, o.w_row), o.x_row, o.w_row,
+                      StrCat(path, " fprop ", r[0], " ", r[2]));
+    ExpectWithinBound(MxGemm(o.x_row, o.w_row), o.x_row, o.w_row, StrCat(path, " fprop ", r[0]));
   }
-  ForceGemmPath("");
+  // One tiny row among normal ones: only its tiles go exact, results still in bound.
+  std::vector<float> v = RandomValues(32 * 64, 9, -1, 1);
+  for (int k = 0; k < 64; ++k) v[5 * 64 + k] = std::ldexp(v[5 * 64 + k], -125);
+  const MxTensor a = QuantizeRowwise(MakeF32({32, 64}, v), {});
+  const MxTensor b = QuantizeRowwise(MakeF32({24, 64}, RandomValues(24 * 64, 10, -1, 1)), {});
+  ExpectWithinBound(MxGemm(a, b), a, b, path + " mixed");
 }
 
-TEST(Gemm, NaNBlocksPropagate) {
+TEST_P(GemmPerPath, NaNBlocksPropagate) {
   std::vector<float> v = RandomValues(40 * 96, 21, -1, 1);
   v[7 * 96 + 40] = NAN;  // row 7, block 1
   const MxTensor a = QuantizeRowwise(MakeF32({40, 96}, v), {});
   const MxTensor b = QuantizeRowwise(MakeF32({20, 96}, RandomValues(20 * 96, 22, -1, 1)), {});
-  for (const std::string& path : AvailableGemmPaths()) {
-    ForceGemmPath(path);
-    const Tensor c = MxGemm(a, b);
-    for (int64_t i = 0; i < 40; ++i) {
-      for (int64_t j = 0; j < 20; ++j) {
-        EXPECT_EQ(std::isnan(c.data<float>()[i * 20 + j]), i == 7) << path << " " << i << "," << j;
-      }
+  const std::string& path = GetParam();
+  const Tensor c = MxGemm(a, b);
+  for (int64_t i = 0; i < 40; ++i) {
+    for (int64_t j = 0; j < 20; ++j) {
+      EXPECT_EQ(std::isnan(c.data<float>()[i * 20 + j]), i == 7) << path << " " << i << "," << j;
     }
   }
-  ForceGemmPath("");
 }
 
-TEST(Gemm, HybridFormatsBiasAccumulateBf16) {
+TEST_P(GemmPerPath, HybridFormatsBiasAccumulateBf16) {
   const Operands o = MakeTrainingOperands(33, 50, 64, 31, -4, 4, ElementFormat::kE5M2);
   Tensor bias = MakeF32({50}, RandomValues(50, 5, -2, 2));
-  for (const std::string& path : AvailableGemmPaths()) {
-    ForceGemmPath(path);
-    // E5M2 gradients times E4M3 weights (HYBRID).
-    ExpectWithinBound(MxGemm(o.dy_row, o.w_col), o.dy_row, o.w_col, path + " hybrid dgrad");
-    GemmOptions with_bias;
-    with_bias.bias = &bias;
-    ExpectWithinBound(MxGemm(o.x_row, o.w_row, with_bias), o.x_row, o.w_row, path + " bias", &bias);
-    GemmOptions bf16;
-    bf16.out_dtype = DType::kBF16;
-    const Tensor yb = MxGemm(o.x_row, o.w_row, bf16);
-    EXPECT_EQ(yb.dtype(), DType::kBF16);
-    ExpectWithinBound(yb, o.x_row, o.w_row, path + " bf16");
-    // Accumulate into main_grad twice: C = before + dW.
-    Tensor main_grad = MakeF32({50, 64}, RandomValues(50 * 64, 6, -1, 1));
-    const Tensor before = MakeF32(
-        {50, 64}, std::vector<float>(main_grad.data<float>(), main_grad.data<float>() + 50 * 64));
-    GemmOptions acc;
-    acc.accumulate = &main_grad;
-    const Tensor r = MxGemm(o.dy_col, o.x_col, acc);
-    EXPECT_EQ(r.raw(), main_grad.raw());  // in place
-    ExpectWithinBound(main_grad, o.dy_col, o.x_col, path + " accumulate", nullptr, &before);
-  }
-  ForceGemmPath("");
+  const std::string& path = GetParam();
+  // E5M2 gradients times E4M3 weights (HYBRID).
+  ExpectWithinBound(MxGemm(o.dy_row, o.w_col), o.dy_row, o.w_col, path + " hybrid dgrad");
+  GemmOptions with_bias;
+  with_bias.bias = &bias;
+  ExpectWithinBound(MxGemm(o.x_row, o.w_row, with_bias), o.x_row, o.w_row, path + " bias", &bias);
+  GemmOptions bf16;
+  bf16.out_dtype = DType::kBF16;
+  const Tensor yb = MxGemm(o.x_row, o.w_row, bf16);
+  EXPECT_EQ(yb.dtype(), DType::kBF16);
+  ExpectWithinBound(yb, o.x_row, o.w_row, path + " bf16");
+  // Accumulate into main_grad twice: C = before + dW.
+  Tensor main_grad = MakeF32({50, 64}, RandomValues(50 * 64, 6, -1, 1));
+  const Tensor before = MakeF32(
+      {50, 64}, std::vector<float>(main_grad.data<float>(), main_grad.data<float>() + 50 * 64));
+  GemmOptions acc;
+  acc.accumulate = &main_grad;
+  const Tensor r = MxGemm(o.dy_col, o.x_col, acc);
+  EXPECT_EQ(r.raw(), main_grad.raw());  // in place
+  ExpectWithinBound(main_grad, o.dy_col, o.x_col, path + " accumulate", nullptr, &before);
 }
 
 TEST(Gemm, FastPathsMatchReferenceClosely) {
@@ -179,93 +171,88 @@ TEST(Gemm, MismatchesRaise) {
   EXPECT_THROW(ForceGemmPath("tpu"), Error);
 }
 
-TEST(Gemm, LongContractionAndWideOutput) {
+TEST_P(GemmPerPath, LongContractionAndWideOutput) {
   // S > 2048 takes the AMX kernel's chunk-outer order; 70 columns make edge blocks.
-  for (const std::string& path : AvailableGemmPaths()) {
-    ForceGemmPath(path);
-    const Operands o = MakeTrainingOperands(2200, 70, 48, 81, -2, 2);
-    ExpectWithinBound(MxGemm(o.dy_col, o.x_col), o.dy_col, o.x_col, path + " wgrad S=2200");
-    const MxTensor a = QuantizeRowwise(MakeF32({33, 2200}, RandomValues(33 * 2200, 82, -2, 2)), {});
-    const MxTensor b = QuantizeRowwise(MakeF32({70, 2200}, RandomValues(70 * 2200, 83, -2, 2)), {});
-    Tensor acc = MakeF32({33, 70}, RandomValues(33 * 70, 84, -1, 1));
-    const Tensor before =
-        MakeF32({33, 70}, std::vector<float>(acc.data<float>(), acc.data<float>() + 33 * 70));
-    GemmOptions o2;
-    o2.accumulate = &acc;
-    MxGemm(a, b, o2);
-    ExpectWithinBound(acc, a, b, path + " fprop S=2200 accumulate", nullptr, &before);
-  }
-  ForceGemmPath("");
+  const std::string& path = GetParam();
+  const Operands o = MakeTrainingOperands(2200, 70, 48, 81, -2, 2);
+  ExpectWithinBound(MxGemm(o.dy_col, o.x_col), o.dy_col, o.x_col, path + " wgrad S=2200");
+  const MxTensor a = QuantizeRowwise(MakeF32({33, 2200}, RandomValues(33 * 2200, 82, -2, 2)), {});
+  const MxTensor b = QuantizeRowwise(MakeF32({70, 2200}, RandomValues(70 * 2200, 83, -2, 2)), {});
+  Tensor acc = MakeF32({33, 70}, RandomValues(33 * 70, 84, -1, 1));
+  const Tensor before =
+      MakeF32({33, 70}, std::vector<float>(acc.data<float>(), acc.data<float>() + 33 * 70));
+  GemmOptions o2;
+  o2.accumulate = &acc;
+  MxGemm(a, b, o2);
+  ExpectWithinBound(acc, a, b, path + " fprop S=2200 accumulate", nullptr, &before);
 }
 
-TEST(Gemm, WritesIntoAGivenOutput) {
+TEST_P(GemmPerPath, WritesIntoAGivenOutput) {
   const Operands o = MakeTrainingOperands(40, 24, 64, 91, -2, 2);
-  for (const std::string& path : AvailableGemmPaths()) {
-    ForceGemmPath(path);
-    const Tensor expected = MxGemm(o.x_row, o.w_row);
-    Tensor big = MakeF32({50, 24}, std::vector<float>(50 * 24, -7.0f));
-    Tensor view = big.Slice(5, 45);  // rows 5..44 of a larger tensor
-    GemmOptions opts;
-    opts.out = &view;
-    const Tensor r = MxGemm(o.x_row, o.w_row, opts);
-    EXPECT_EQ(r.raw(), view.raw());
-    EXPECT_EQ(std::memcmp(view.raw(), expected.raw(), expected.NumBytes()), 0) << path;
-    EXPECT_EQ(big.data<float>()[4 * 24 + 3], -7.0f);  // rows outside untouched
-    EXPECT_EQ(big.data<float>()[45 * 24], -7.0f);
-    Tensor bf = Tensor::Empty(DType::kBF16, {40, 24});
-    GemmOptions ob;
-    ob.out = &bf;
-    ob.out_dtype = DType::kBF16;
-    MxGemm(o.x_row, o.w_row, ob);
-    for (int64_t i = 0; i < 40 * 24; ++i) {
-      ASSERT_EQ(bf.data<uint16_t>()[i], F32ToBf16(expected.data<float>()[i])) << path << " " << i;
-    }
-    Tensor wrong = Tensor::Empty(DType::kF32, {40, 23});
-    GemmOptions ow;
-    ow.out = &wrong;
-    EXPECT_THROW(MxGemm(o.x_row, o.w_row, ow), Error);
+  const std::string& path = GetParam();
+  const Tensor expected = MxGemm(o.x_row, o.w_row);
+  Tensor big = MakeF32({50, 24}, std::vector<float>(50 * 24, -7.0f));
+  Tensor view = big.Slice(5, 45);  // rows 5..44 of a larger tensor
+  GemmOptions opts;
+  opts.out = &view;
+  const Tensor r = MxGemm(o.x_row, o.w_row, opts);
+  EXPECT_EQ(r.raw(), view.raw());
+  EXPECT_EQ(std::memcmp(view.raw(), expected.raw(), expected.NumBytes()), 0) << path;
+  EXPECT_EQ(big.data<float>()[4 * 24 + 3], -7.0f);  // rows outside untouched
+  EXPECT_EQ(big.data<float>()[45 * 24], -7.0f);
+  Tensor bf = Tensor::Empty(DType::kBF16, {40, 24});
+  GemmOptions ob;
+  ob.out = &bf;
+  ob.out_dtype = DType::kBF16;
+  MxGemm(o.x_row, o.w_row, ob);
+  for (int64_t i = 0; i < 40 * 24; ++i) {
+    ASSERT_EQ(bf.data<uint16_t>()[i], F32ToBf16(expected.data<float>()[i])) << path << " " << i;
   }
-  ForceGemmPath("");
+  Tensor wrong = Tensor::Empty(DType::kF32, {40, 23});
+  GemmOptions ow;
+  ow.out = &wrong;
+  EXPECT_THROW(MxGemm(o.x_row, o.w_row, ow), Error);
 }
 
-TEST(Gemm, EmptyShapes) {
-  for (const std::string& path : AvailableGemmPaths()) {
-    ForceGemmPath(path);
-    const MxTensor a = QuantizeRowwise(Tensor::Zeros(DType::kF32, {3, 0}), {});
-    const MxTensor b = QuantizeRowwise(Tensor::Zeros(DType::kF32, {4, 0}), {});
-    const Tensor c = MxGemm(a, b);  // empty contraction: zeros
-    ASSERT_EQ(c.shape(), (Shape{3, 4}));
-    for (int i = 0; i < 12; ++i) EXPECT_EQ(c.data<float>()[i], 0.0f) << path;
-    Tensor acc = MakeF32({3, 4}, std::vector<float>(12, 2.5f));
-    GemmOptions o;
-    o.accumulate = &acc;
-    MxGemm(a, b, o);
-    for (int i = 0; i < 12; ++i) EXPECT_EQ(acc.data<float>()[i], 2.5f) << path;
-    const MxTensor none = QuantizeRowwise(Tensor::Zeros(DType::kF32, {0, 64}), {});
-    const MxTensor w = QuantizeRowwise(Tensor::Zeros(DType::kF32, {5, 64}), {});
-    EXPECT_EQ(MxGemm(none, w).shape(), (Shape{0, 5}));
-  }
-  ForceGemmPath("");
+TEST_P(GemmPerPath, EmptyShapes) {
+  const std::string& path = GetParam();
+  const MxTensor a = QuantizeRowwise(Tensor::Zeros(DType::kF32, {3, 0}), {});
+  const MxTensor b = QuantizeRowwise(Tensor::Zeros(DType::kF32, {4, 0}), {});
+  const Tensor c = MxGemm(a, b);  // empty contraction: zeros
+  ASSERT_EQ(c.shape(), (Shape{3, 4}));
+  for (int i = 0; i < 12; ++i) EXPECT_EQ(c.data<float>()[i], 0.0f) << path;
+  Tensor acc = MakeF32({3, 4}, std::vector<float>(12, 2.5f));
+  GemmOptions o;
+  o.accumulate = &acc;
+  MxGemm(a, b, o);
+  for (int i = 0; i < 12; ++i) EXPECT_EQ(acc.data<float>()[i], 2.5f) << path;
+  const MxTensor none = QuantizeRowwise(Tensor::Zeros(DType::kF32, {0, 64}), {});
+  const MxTensor w = QuantizeRowwise(Tensor::Zeros(DType::kF32, {5, 64}), {});
+  EXPECT_EQ(MxGemm(none, w).shape(), (Shape{0, 5}));
 }
 
-// The simd-f32 path on every Highway target this machine has (gemm_test's other tests
-// run only the best one): remainders of its register tile (6 or 14 rows x 2 vectors) and
-// of its 256-long K chunks, partial MX blocks, an odd large shape, the three training
-// layouts, accumulation and bias, each against the double-precision oracle (computed once
-// per product, checked for every target).
-TEST(Gemm, SimdF32EveryTargetAgainstOracle) {
+// The simd-f32 path on every Highway target this machine has, one instance per target
+// (gemm_test's other tests run only the best one): remainders of its register tile (6 or
+// 14 rows x 2 vectors) and of its 256-long K chunks, partial MX blocks, an odd large shape,
+// the three training layouts, accumulation and bias, each against the double-precision
+// oracle.
+class GemmSimdF32PerTarget : public testing_util::SimdTargetTest {
+ protected:
+  void TearDown() override {
+    ForceGemmPath("");
+    testing_util::SimdTargetTest::TearDown();
+  }
+};
+MXTRAIN_INSTANTIATE_PER_SIMD_TARGET(GemmSimdF32PerTarget);
+
+TEST_P(GemmSimdF32PerTarget, AgainstOracle) {
   const std::vector<std::string> paths = AvailableGemmPaths();
   ASSERT_NE(std::find(paths.begin(), paths.end(), "simd-f32"), paths.end());
   ForceGemmPath("simd-f32");
-  const std::vector<std::string> targets = AvailableSimdTargets();
-  // Runs gemm() on every target and checks each result against the oracle.
+  const std::string& target = GetParam();
+  // Runs gemm() on this target and checks its result against the oracle.
   const auto every_target = [&](const testing_util::BoundOracle& oracle, const std::string& what,
-                                auto&& gemm) {
-    for (const std::string& target : targets) {
-      const testing_util::ScopedSimdTarget scoped(target);
-      oracle.Check(gemm(), target + " " + what);
-    }
-  };
+                                auto&& gemm) { oracle.Check(gemm(), target + " " + what); };
   uint64_t seed = 1000;
   for (int64_t m : {1, 5, 6, 7, 13, 14, 15, 29, 70}) {
     for (int64_t n : {1, 9, 16, 17, 31, 33, 64, 70}) {
@@ -318,12 +305,14 @@ TEST(Gemm, SimdF32EveryTargetAgainstOracle) {
                    return acc;
                  });
   }
-  ForceGemmPath("");
 }
 
 // --- Grouped ---------------------------------------------------------------------------
 
-TEST(GroupedGemm, FpropAndDgradEqualDensePerGroup) {
+class GroupedGemmPerPath : public testing_util::GemmPathTest {};
+MXTRAIN_INSTANTIATE_PER_GEMM_PATH(GroupedGemmPerPath);
+
+TEST_P(GroupedGemmPerPath, FpropAndDgradEqualDensePerGroup) {
   const int64_t m = 150, k = 96, n = 40, experts = 5;
   const std::vector<int64_t> counts{31, 0, 64, 1, 54};
   const GroupList groups = GroupList::Make(counts, GroupListType::kCounts, m);
@@ -334,30 +323,26 @@ TEST(GroupedGemm, FpropAndDgradEqualDensePerGroup) {
   const DualMx wq = QuantizeDual(w, {});
   const MxTensor dyq = QuantizeRowwise(dy, {});
   Tensor bias = MakeF32({experts, n}, RandomValues(experts * n, 44, -1, 1));
-  for (const std::string& path : AvailableGemmPaths()) {
-    ForceGemmPath(path);
-    GemmOptions ob;
-    ob.bias = &bias;
-    const Tensor y = MxGroupedGemm(xq, wq.rowwise, groups, ob);
-    const Tensor dx = MxGroupedGemm(dyq, wq.columnwise, groups);
-    ASSERT_EQ(y.shape(), (Shape{m, n}));
-    ASSERT_EQ(dx.shape(), (Shape{m, k}));
-    for (int e = 0; e < experts; ++e) {
-      if (groups.size(e) == 0) continue;
-      Tensor be = bias.Slice(e, e + 1).Reshape({n});
-      GemmOptions oe;
-      oe.bias = &be;
-      const Tensor ye = MxGemm(xq.Rows(groups.begin(e), groups.end(e)), wq.rowwise.Matrix(e), oe);
-      const Tensor dxe = MxGemm(dyq.Rows(groups.begin(e), groups.end(e)), wq.columnwise.Matrix(e));
-      EXPECT_EQ(std::memcmp(ye.raw(), y.data<float>() + groups.begin(e) * n, ye.NumBytes()), 0)
-          << e;
-      EXPECT_EQ(std::memcmp(dxe.raw(), dx.data<float>() + groups.begin(e) * k, dxe.NumBytes()), 0)
-          << e;
-      ExpectWithinBound(dxe, dyq.Rows(groups.begin(e), groups.end(e)), wq.columnwise.Matrix(e),
-                        path + " grouped dgrad");
-    }
+  const std::string& path = GetParam();
+  GemmOptions ob;
+  ob.bias = &bias;
+  const Tensor y = MxGroupedGemm(xq, wq.rowwise, groups, ob);
+  const Tensor dx = MxGroupedGemm(dyq, wq.columnwise, groups);
+  ASSERT_EQ(y.shape(), (Shape{m, n}));
+  ASSERT_EQ(dx.shape(), (Shape{m, k}));
+  for (int e = 0; e < experts; ++e) {
+    if (groups.size(e) == 0) continue;
+    Tensor be = bias.Slice(e, e + 1).Reshape({n});
+    GemmOptions oe;
+    oe.bias = &be;
+    const Tensor ye = MxGemm(xq.Rows(groups.begin(e), groups.end(e)), wq.rowwise.Matrix(e), oe);
+    const Tensor dxe = MxGemm(dyq.Rows(groups.begin(e), groups.end(e)), wq.columnwise.Matrix(e));
+    EXPECT_EQ(std::memcmp(ye.raw(), y.data<float>() + groups.begin(e) * n, ye.NumBytes()), 0) << e;
+    EXPECT_EQ(std::memcmp(dxe.raw(), dx.data<float>() + groups.begin(e) * k, dxe.NumBytes()), 0)
+        << e;
+    ExpectWithinBound(dxe, dyq.Rows(groups.begin(e), groups.end(e)), wq.columnwise.Matrix(e),
+                      path + " grouped dgrad");
   }
-  ForceGemmPath("");
 }
 
 TEST(GroupedGemm, SeedLayoutEKN) {
@@ -379,41 +364,39 @@ TEST(GroupedGemm, SeedLayoutEKN) {
   EXPECT_EQ(std::memcmp(a.raw(), b.raw(), a.NumBytes()), 0);
 }
 
-TEST(GroupedGemm, WgradPerGroupAndEmptyGroups) {
+TEST_P(GroupedGemmPerPath, WgradPerGroupAndEmptyGroups) {
   const int64_t m = 130, k = 48, n = 36;
   const std::vector<int64_t> counts{40, 0, 57, 33};
   const GroupList groups = GroupList::Make(counts, GroupListType::kCounts, m);
   const MxTensor dyq = QuantizeGrouped(MakeF32({m, n}, RandomValues(m * n, 61, -2, 2)), groups, {});
   const MxTensor xq = QuantizeGrouped(MakeF32({m, k}, RandomValues(m * k, 62, -2, 2)), groups, {});
-  for (const std::string& path : AvailableGemmPaths()) {
-    ForceGemmPath(path);
-    const Tensor dw = MxGroupedWgrad(dyq, xq);
-    ASSERT_EQ(dw.shape(), (Shape{4, n, k}));
-    for (int e = 0; e < 4; ++e) {
-      const float* got = dw.data<float>() + e * n * k;
-      if (groups.size(e) == 0) {
-        for (int64_t i = 0; i < n * k; ++i) ASSERT_EQ(got[i], 0.0f);
-        continue;
-      }
-      const Tensor dense = MxGemm(dyq.Group(e), xq.Group(e));
-      EXPECT_EQ(std::memcmp(dense.raw(), got, dense.NumBytes()), 0) << path << " expert " << e;
-      ExpectWithinBound(dense, dyq.Group(e), xq.Group(e), path + " grouped wgrad");
+  const std::string& path = GetParam();
+  const Tensor dw = MxGroupedWgrad(dyq, xq);
+  ASSERT_EQ(dw.shape(), (Shape{4, n, k}));
+  for (int e = 0; e < 4; ++e) {
+    const float* got = dw.data<float>() + e * n * k;
+    if (groups.size(e) == 0) {
+      for (int64_t i = 0; i < n * k; ++i) ASSERT_EQ(got[i], 0.0f);
+      continue;
     }
-    // Accumulating: the empty group's slice stays untouched.
-    Tensor main_grad = Tensor::Empty(DType::kF32, {4, n, k});
-    for (int64_t i = 0; i < 4 * n * k; ++i) main_grad.data<float>()[i] = 1.5f;
-    GemmOptions acc;
-    acc.accumulate = &main_grad;
-    MxGroupedWgrad(dyq, xq, acc);
-    for (int64_t i = 0; i < n * k; ++i) ASSERT_EQ(main_grad.data<float>()[1 * n * k + i], 1.5f);
+    const Tensor dense = MxGemm(dyq.Group(e), xq.Group(e));
+    EXPECT_EQ(std::memcmp(dense.raw(), got, dense.NumBytes()), 0) << path << " expert " << e;
+    ExpectWithinBound(dense, dyq.Group(e), xq.Group(e), path + " grouped wgrad");
   }
-  ForceGemmPath("");
+  // Accumulating: the empty group's slice stays untouched.
+  Tensor main_grad = Tensor::Empty(DType::kF32, {4, n, k});
+  for (int64_t i = 0; i < 4 * n * k; ++i) main_grad.data<float>()[i] = 1.5f;
+  GemmOptions acc;
+  acc.accumulate = &main_grad;
+  MxGroupedWgrad(dyq, xq, acc);
+  for (int64_t i = 0; i < n * k; ++i) ASSERT_EQ(main_grad.data<float>()[1 * n * k + i], 1.5f);
 }
 
 // Groups that balance across 2 threads run concurrently, one thread each; others run one
 // after another with both threads. Either way every group equals its own dense GEMM with
 // all threads, and 1 and 2 threads give the same bytes.
-TEST(GroupedGemm, ConcurrentGroupsEqualDensePerGroup) {
+TEST_P(GroupedGemmPerPath, ConcurrentGroupsEqualDensePerGroup) {
+  const std::string& path = GetParam();
   const int64_t k = 64, n = 48, experts = 6;
   const std::vector<std::vector<int64_t>> lists{{37, 0, 45, 18, 40, 60}, {150, 3, 0, 5, 1, 41}};
   const std::vector<bool> concurrent{true, false};
@@ -431,38 +414,34 @@ TEST(GroupedGemm, ConcurrentGroupsEqualDensePerGroup) {
         QuantizeGrouped(MakeF32({m, n}, RandomValues(m * n, 73, -2, 2)), groups, {});
     const MxTensor xg =
         QuantizeGrouped(MakeF32({m, k}, RandomValues(m * k, 74, -2, 2)), groups, {});
-    for (const std::string& path : AvailableGemmPaths()) {
-      ForceGemmPath(path);
-      std::vector<Tensor> y(3), dw(3);
-      for (int threads : {1, 2}) {
-        GemmOptions o;
-        o.threads = threads;
-        y[threads] = MxGroupedGemm(xq, wq, groups, o);
-        Tensor acc = Tensor::Empty(DType::kF32, {experts, n, k});
-        for (int64_t i = 0; i < acc.NumElements(); ++i) acc.data<float>()[i] = 0.25f;
-        o.accumulate = &acc;
-        dw[threads] = MxGroupedWgrad(dyq, xg, o);
-      }
-      EXPECT_EQ(std::memcmp(y[1].raw(), y[2].raw(), y[1].NumBytes()), 0) << path;
-      EXPECT_EQ(std::memcmp(dw[1].raw(), dw[2].raw(), dw[1].NumBytes()), 0) << path;
-      for (int e = 0; e < experts; ++e) {
-        const float* got_dw = dw[2].data<float>() + e * n * k;
-        if (groups.size(e) == 0) {
-          for (int64_t i = 0; i < n * k; ++i) ASSERT_EQ(got_dw[i], 0.25f) << path << " " << e;
-          continue;
-        }
-        const Tensor ye = MxGemm(xq.Rows(groups.begin(e), groups.end(e)), wq.Matrix(e));
-        EXPECT_EQ(std::memcmp(ye.raw(), y[2].data<float>() + groups.begin(e) * n, ye.NumBytes()), 0)
-            << path << " " << e;
-        Tensor acc_e = Tensor::Empty(DType::kF32, {n, k});
-        for (int64_t i = 0; i < n * k; ++i) acc_e.data<float>()[i] = 0.25f;
-        GemmOptions o;
-        o.accumulate = &acc_e;
-        MxGemm(dyq.Group(e), xg.Group(e), o);
-        EXPECT_EQ(std::memcmp(acc_e.raw(), got_dw, acc_e.NumBytes()), 0) << path << " " << e;
-      }
+    std::vector<Tensor> y(3), dw(3);
+    for (int threads : {1, 2}) {
+      GemmOptions o;
+      o.threads = threads;
+      y[threads] = MxGroupedGemm(xq, wq, groups, o);
+      Tensor acc = Tensor::Empty(DType::kF32, {experts, n, k});
+      for (int64_t i = 0; i < acc.NumElements(); ++i) acc.data<float>()[i] = 0.25f;
+      o.accumulate = &acc;
+      dw[threads] = MxGroupedWgrad(dyq, xg, o);
     }
-    ForceGemmPath("");
+    EXPECT_EQ(std::memcmp(y[1].raw(), y[2].raw(), y[1].NumBytes()), 0) << path;
+    EXPECT_EQ(std::memcmp(dw[1].raw(), dw[2].raw(), dw[1].NumBytes()), 0) << path;
+    for (int e = 0; e < experts; ++e) {
+      const float* got_dw = dw[2].data<float>() + e * n * k;
+      if (groups.size(e) == 0) {
+        for (int64_t i = 0; i < n * k; ++i) ASSERT_EQ(got_dw[i], 0.25f) << path << " " << e;
+        continue;
+      }
+      const Tensor ye = MxGemm(xq.Rows(groups.begin(e), groups.end(e)), wq.Matrix(e));
+      EXPECT_EQ(std::memcmp(ye.raw(), y[2].data<float>() + groups.begin(e) * n, ye.NumBytes()), 0)
+          << path << " " << e;
+      Tensor acc_e = Tensor::Empty(DType::kF32, {n, k});
+      for (int64_t i = 0; i < n * k; ++i) acc_e.data<float>()[i] = 0.25f;
+      GemmOptions o;
+      o.accumulate = &acc_e;
+      MxGemm(dyq.Group(e), xg.Group(e), o);
+      EXPECT_EQ(std::memcmp(acc_e.raw(), got_dw, acc_e.NumBytes()), 0) << path << " " << e;
+    }
   }
 }
 

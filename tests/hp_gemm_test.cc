@@ -15,6 +15,7 @@
 #include "mxtrain/elementwise.h"
 #include "mxtrain/error.h"
 #include "mxtrain/quantize.h"
+#include "mxtrain/testing.h"
 #include "test_util.h"
 
 namespace mxtrain {
@@ -24,11 +25,6 @@ using testing_util::BytesEqual;
 using testing_util::MakeBf16;
 using testing_util::MakeF32;
 using testing_util::RandomValues;
-
-struct ScopedHpPath {
-  explicit ScopedHpPath(const std::string& name) { ForceHpGemmPath(name); }
-  ~ScopedHpPath() { ForceHpGemmPath(""); }
-};
 
 double ValueAt(const Tensor& t, int64_t i) {
   return t.dtype() == DType::kF32 ? t.data<float>()[i] : Bf16ToF32(t.data<uint16_t>()[i]);
@@ -73,7 +69,7 @@ Tensor Stored(const std::vector<float>& v, int64_t free, int64_t s, Contract c, 
 
 TEST(HpGemm, EveryPathLayoutAndComputeWithinBound) {
   for (const std::string& path : AvailableHpGemmPaths()) {
-    const ScopedHpPath scope(path);
+    const ScopedHpGemmPath scope(path);
     uint64_t seed = 1;
     for (DType compute : {DType::kF32, DType::kBF16}) {
       for (DType in_dtype : {DType::kF32, DType::kBF16}) {
@@ -103,7 +99,7 @@ TEST(HpGemm, BiasAccumulateBf16OutputAndGivenOutput) {
   Tensor bias = MakeF32({n}, RandomValues(n, 5, -1, 1));
   const std::vector<float> start = RandomValues(m * n, 6, -1, 1);
   for (const std::string& path : AvailableHpGemmPaths()) {
-    const ScopedHpPath scope(path);
+    const ScopedHpGemmPath scope(path);
     GemmOptions ob;
     ob.bias = &bias;
     ob.out_dtype = DType::kBF16;
@@ -144,7 +140,7 @@ TEST(HpGemm, RoutesFollowThePath) {
   }
   EXPECT_EQ(CurrentHpGemmPath(), paths.front());
   for (const std::string& path : paths) {
-    const ScopedHpPath scope(path);
+    const ScopedHpGemmPath scope(path);
     EXPECT_EQ(CurrentHpGemmPath(), path);
     EXPECT_EQ(HpGemmRoute(DType::kBF16), path);
     EXPECT_EQ(HpGemmRoute(DType::kF32), path == "portable" ? "portable" : "onednn-f32");
@@ -158,7 +154,7 @@ TEST(HpGemm, Bf16OnTheF32RouteRoundsTheOperands) {
   const std::vector<std::string> paths = AvailableHpGemmPaths();
   // Built without oneDNN (setup.sh installs it): only the portable loops, checked above.
   if (paths.size() == 1) return;
-  const ScopedHpPath scope("onednn-f32");
+  const ScopedHpGemmPath scope("onednn-f32");
   const int64_t m = 37, n = 29, s = 300;
   const Tensor a = MakeF32({m, s}, RandomValues(m * s, 11, -2, 2));
   const Tensor b = MakeF32({n, s}, RandomValues(n * s, 12, -2, 2));
@@ -203,7 +199,7 @@ TEST(HpGemm, GroupedFormsEqualPerGroupCalls) {
   const Tensor w = MakeF32({experts, n, k}, RandomValues(experts * n * k, 8, -2, 2));
   const Tensor dy = MakeBf16({m, n}, RandomValues(m * n, 9, -2, 2));
   for (const std::string& path : AvailableHpGemmPaths()) {
-    const ScopedHpPath scope(path);
+    const ScopedHpGemmPath scope(path);
     const Tensor y = HpGroupedGemm(x, w, Contract::kLast, groups, DType::kBF16);
     const Tensor dx = HpGroupedGemm(dy, w, Contract::kFirst, groups, DType::kBF16);
     const Tensor dw = HpGroupedWgrad(dy, x, groups, DType::kBF16);

@@ -15,6 +15,8 @@
 
 #include "mxtrain/error.h"
 #include "mxtrain/simd.h"
+#include "mxtrain/testing.h"
+#include "per_target_test.h"
 #include "quantize/scale_table.h"
 #include "test_util.h"
 
@@ -26,7 +28,6 @@ using testing_util::EdgeMix;
 using testing_util::FirstDifference;
 using testing_util::MakeBf16;
 using testing_util::MakeF32;
-using testing_util::ScopedSimdTarget;
 
 using testing_util::kFormats;
 using testing_util::kRules;
@@ -106,21 +107,33 @@ void CheckGolden(const Golden& g, ScaleRule rule, const MxTensor& q, const std::
   }
 }
 
-TEST(Golden, NumericsTableOnReferenceAndEveryTarget) {
+TEST(Golden, NumericsTableOnReference) {
   for (const Golden& g : GoldenCases()) {
     for (ScaleRule rule : {ScaleRule::kFloor, ScaleRule::kRceil}) {
       const QuantizeOptions o{ElementFormat::kE4M3, rule};
       const Tensor x = GoldenInput(g);
       CheckGolden(g, rule, ref::QuantizeRowwise(x, o), "reference rowwise");
       // The same block as a 32x1 column exercises the columnwise kernels.
+      CheckGolden(g, rule, ref::QuantizeColumnwise(x.Reshape({32, 1}), o), "reference columnwise");
+    }
+  }
+}
+
+// The tests below run once per SIMD target of this machine (per_target_test.h), the target
+// forced for the whole test.
+class GoldenPerTarget : public testing_util::SimdTargetTest {};
+MXTRAIN_INSTANTIATE_PER_SIMD_TARGET(GoldenPerTarget);
+
+TEST_P(GoldenPerTarget, NumericsTable) {
+  const std::string& target = GetParam();
+  for (const Golden& g : GoldenCases()) {
+    for (ScaleRule rule : {ScaleRule::kFloor, ScaleRule::kRceil}) {
+      const QuantizeOptions o{ElementFormat::kE4M3, rule};
+      const Tensor x = GoldenInput(g);
       const Tensor xt = x.Reshape({32, 1});
-      CheckGolden(g, rule, ref::QuantizeColumnwise(xt, o), "reference columnwise");
-      for (const std::string& target : AvailableSimdTargets()) {
-        ScopedSimdTarget scoped(target);
-        CheckGolden(g, rule, QuantizeRowwise(x, o), "rowwise " + target);
-        CheckGolden(g, rule, QuantizeColumnwise(xt, o), "columnwise " + target);
-        CheckGolden(g, rule, QuantizeDual(x, o).rowwise, "dual " + target);
-      }
+      CheckGolden(g, rule, QuantizeRowwise(x, o), "rowwise " + target);
+      CheckGolden(g, rule, QuantizeColumnwise(xt, o), "columnwise " + target);
+      CheckGolden(g, rule, QuantizeDual(x, o).rowwise, "dual " + target);
     }
   }
 }
@@ -151,47 +164,44 @@ void CheckAllPaths(const Tensor& x, const QuantizeOptions& o) {
   }
 }
 
-TEST(FastPaths, ShapeSweepEveryTarget) {
+class FastPathsPerTarget : public testing_util::SimdTargetTest {};
+MXTRAIN_INSTANTIATE_PER_SIMD_TARGET(FastPathsPerTarget);
+
+TEST_P(FastPathsPerTarget, ShapeSweep) {
   // Remainders in both dimensions: every size 1..70 against a few partners.
   uint64_t seed = 1000;
-  for (const std::string& target : AvailableSimdTargets()) {
-    ScopedSimdTarget scoped(target);
-    for (int64_t m = 1; m <= 70; ++m) {
-      for (int64_t k : {int64_t{1}, int64_t{17}, int64_t{32}, int64_t{33}, int64_t{70}}) {
-        for (int size_swap = 0; size_swap < 2; ++size_swap) {
-          const Shape shape = size_swap ? Shape{k, m} : Shape{m, k};
-          const std::vector<float> v = EdgeMix(m * k, ++seed);
-          const QuantizeOptions o{kFormats[seed % 2], kRules[seed % 4]};
-          SCOPED_TRACE(StrCat("seed ", seed));
-          CheckAllPaths(MakeF32(shape, v), o);
-          CheckAllPaths(MakeBf16(shape, v), o);
-        }
+  for (int64_t m = 1; m <= 70; ++m) {
+    for (int64_t k : {int64_t{1}, int64_t{17}, int64_t{32}, int64_t{33}, int64_t{70}}) {
+      for (int size_swap = 0; size_swap < 2; ++size_swap) {
+        const Shape shape = size_swap ? Shape{k, m} : Shape{m, k};
+        const std::vector<float> v = EdgeMix(m * k, ++seed);
+        const QuantizeOptions o{kFormats[seed % 2], kRules[seed % 4]};
+        SCOPED_TRACE(StrCat("seed ", seed));
+        CheckAllPaths(MakeF32(shape, v), o);
+        CheckAllPaths(MakeBf16(shape, v), o);
       }
     }
   }
 }
 
-// CheckAllPaths on every target, format and rule, for each shape: f32 and bf16 of
-// values(shape, seed), a new seed each time from `seed` on.
+// CheckAllPaths on the current target, every format and rule, for each shape: f32 and
+// bf16 of values(shape, seed), a new seed each time from `seed` on.
 template <typename Values>
-void CheckEveryTargetFormatRule(std::initializer_list<Shape> shapes, uint64_t seed, Values values) {
-  for (const std::string& target : AvailableSimdTargets()) {
-    ScopedSimdTarget scoped(target);
-    for (ElementFormat f : kFormats) {
-      for (ScaleRule r : kRules) {
-        for (const Shape& shape : shapes) {
-          const std::vector<float> v = values(shape, ++seed);
-          SCOPED_TRACE(StrCat("seed ", seed));
-          CheckAllPaths(MakeF32(shape, v), {f, r});
-          CheckAllPaths(MakeBf16(shape, v), {f, r});
-        }
+void CheckEveryFormatRule(std::initializer_list<Shape> shapes, uint64_t seed, Values values) {
+  for (ElementFormat f : kFormats) {
+    for (ScaleRule r : kRules) {
+      for (const Shape& shape : shapes) {
+        const std::vector<float> v = values(shape, ++seed);
+        SCOPED_TRACE(StrCat("seed ", seed));
+        CheckAllPaths(MakeF32(shape, v), {f, r});
+        CheckAllPaths(MakeBf16(shape, v), {f, r});
       }
     }
   }
 }
 
-TEST(FastPaths, EveryFormatRuleDtypeAndTarget) {
-  CheckEveryTargetFormatRule(
+TEST_P(FastPathsPerTarget, EveryFormatRuleAndDtype) {
+  CheckEveryFormatRule(
       {Shape{96, 160}, Shape{3, 45, 77}, Shape{2, 2, 33, 64}, Shape{5, 1056}}, 5000,
       [](const Shape& shape, uint64_t seed) { return EdgeMix(shape.NumElements(), seed); });
 }
@@ -241,10 +251,10 @@ std::vector<float> TrainingLike(const Shape& shape, uint64_t seed) {
   return v;
 }
 
-TEST(FastPaths, TrainingLikeDataEveryTarget) {
+TEST_P(FastPathsPerTarget, TrainingLikeData) {
   // Full strips and blocks, a partial last block and strip, a batch of two.
-  CheckEveryTargetFormatRule({Shape{96, 640}, Shape{64, 96}, Shape{70, 200}, Shape{2, 32, 128}},
-                             9000, TrainingLike);
+  CheckEveryFormatRule({Shape{96, 640}, Shape{64, 96}, Shape{70, 200}, Shape{2, 32, 128}}, 9000,
+                       TrainingLike);
 }
 
 TEST(CodeStores, NamesRoundTripAndUnknownNamesRaise) {
@@ -387,7 +397,7 @@ std::pair<Tensor, Tensor> EveryBf16PatternInBlocks() {
   return {std::move(rows), std::move(cols)};
 }
 
-TEST(FastPaths, EveryBf16PatternAtEveryScaleEveryTarget) {
+TEST_P(FastPathsPerTarget, EveryBf16PatternAtEveryScale) {
   const auto [rows, cols] = EveryBf16PatternInBlocks();
   ASSERT_GT(cols.shape()[1], 50000);
   for (ElementFormat f : kFormats) {
@@ -395,14 +405,11 @@ TEST(FastPaths, EveryBf16PatternAtEveryScaleEveryTarget) {
       const QuantizeOptions o{f, r};
       const MxTensor ref_row = ref::QuantizeRowwise(rows, o);
       const MxTensor ref_col = ref::QuantizeColumnwise(cols, o);
-      for (const std::string& target : AvailableSimdTargets()) {
-        ScopedSimdTarget scoped(target);
-        const std::string what = Describe(o, rows);
-        ExpectSame(QuantizeRowwise(rows, o), ref_row, "rowwise " + what);
-        ExpectSame(QuantizeColumnwise(cols, o), ref_col, "columnwise " + what);
-        ExpectSame(QuantizeDual(rows, o).rowwise, ref_row, "dual rowwise " + what);
-        ExpectSame(QuantizeDual(cols, o).columnwise, ref_col, "dual columnwise " + what);
-      }
+      const std::string what = Describe(o, rows);
+      ExpectSame(QuantizeRowwise(rows, o), ref_row, "rowwise " + what);
+      ExpectSame(QuantizeColumnwise(cols, o), ref_col, "columnwise " + what);
+      ExpectSame(QuantizeDual(rows, o).rowwise, ref_row, "dual rowwise " + what);
+      ExpectSame(QuantizeDual(cols, o).columnwise, ref_col, "dual columnwise " + what);
     }
   }
 }
@@ -411,7 +418,7 @@ TEST(FastPaths, EveryBf16PatternAtEveryScaleEveryTarget) {
 // tie of the element format, and a few ulp either side of it (sticky bits the low 16 bits
 // alone carry), must round as the fp32 value does. Each block: a setter fixing the scale,
 // then ties, tie +- 1, 2 and 2^16 ulp, and element values exactly.
-TEST(FastPaths, Fp32TiesAndStickyBitsEveryTarget) {
+TEST_P(FastPathsPerTarget, Fp32TiesAndStickyBits) {
   std::vector<float> v;
   for (int k = -120; k <= 120; k += 7) {
     const float setter = std::ldexp(448.0f, k);
@@ -442,19 +449,15 @@ TEST(FastPaths, Fp32TiesAndStickyBitsEveryTarget) {
   }
   const Tensor rows = MakeF32({n / 64, 64 * 32}, v);
   const Tensor cols = MakeF32({32, n}, t);
-  for (const std::string& target : AvailableSimdTargets()) {
-    ScopedSimdTarget scoped(target);
-    for (ElementFormat f : kFormats) {
-      for (ScaleRule r : kRules) {
-        const QuantizeOptions o{f, r};
-        const MxTensor ref_row = ref::QuantizeRowwise(rows, o);
-        const MxTensor ref_col = ref::QuantizeColumnwise(cols, o);
-        ExpectSame(QuantizeRowwise(rows, o), ref_row, "rowwise " + Describe(o, rows));
-        ExpectSame(QuantizeColumnwise(cols, o), ref_col, "columnwise " + Describe(o, cols));
-        ExpectSame(QuantizeDual(rows, o).rowwise, ref_row, "dual " + Describe(o, rows));
-        ExpectSame(QuantizeDual(cols, o).columnwise, ref_col,
-                   "dual columnwise " + Describe(o, cols));
-      }
+  for (ElementFormat f : kFormats) {
+    for (ScaleRule r : kRules) {
+      const QuantizeOptions o{f, r};
+      const MxTensor ref_row = ref::QuantizeRowwise(rows, o);
+      const MxTensor ref_col = ref::QuantizeColumnwise(cols, o);
+      ExpectSame(QuantizeRowwise(rows, o), ref_row, "rowwise " + Describe(o, rows));
+      ExpectSame(QuantizeColumnwise(cols, o), ref_col, "columnwise " + Describe(o, cols));
+      ExpectSame(QuantizeDual(rows, o).rowwise, ref_row, "dual " + Describe(o, rows));
+      ExpectSame(QuantizeDual(cols, o).columnwise, ref_col, "dual columnwise " + Describe(o, cols));
     }
   }
 }
@@ -491,33 +494,33 @@ TEST(Grouped, ReferenceEqualsColumnwisePerGroup) {
   }
 }
 
-TEST(Grouped, FastAndDualEqualReferenceEveryTarget) {
+class GroupedPerTarget : public testing_util::SimdTargetTest {};
+MXTRAIN_INSTANTIATE_PER_SIMD_TARGET(GroupedPerTarget);
+
+TEST_P(GroupedPerTarget, FastAndDualEqualReference) {
   uint64_t seed = 300;
-  for (const std::string& target : AvailableSimdTargets()) {
-    ScopedSimdTarget scoped(target);
-    for (const auto& counts : GroupCounts()) {
-      for (int64_t k : {int64_t{7}, int64_t{64}, int64_t{129}, int64_t{320}, int64_t{2100}}) {
-        const std::vector<float> v = EdgeMix(100 * k, ++seed);
-        for (GroupListType type : {GroupListType::kCounts, GroupListType::kCumsum}) {
-          std::vector<int64_t> list = counts;
-          if (type == GroupListType::kCumsum) {
-            for (size_t i = 1; i < list.size(); ++i) list[i] += list[i - 1];
-          }
-          const GroupList groups = GroupList::Make(list, type, 100);
-          const QuantizeOptions o{kFormats[seed % 2], kRules[seed % 4]};
-          for (const Tensor& x : {MakeF32({100, k}, v), MakeBf16({100, k}, v)}) {
-            const std::string what =
-                StrCat("grouped ", groups.ToString(), " ", Describe(o, x), " seed ", seed);
-            const MxTensor want = ref::QuantizeGrouped(x, groups, o);
-            for (CodeStores stores : kCodeStores) {
-              const QuantizeOptions os = WithStores(o, stores);
-              const std::string how = stores == CodeStores::kStreaming ? " streamed" : " cached";
-              ExpectSame(QuantizeGrouped(x, groups, os), want, what + how);
-              // The dual form (MoE forward / backward): both layouts from one pass.
-              const DualMx dual = QuantizeDualGrouped(x, groups, os);
-              ExpectSame(dual.columnwise, want, "dual " + what + how);
-              ExpectSame(dual.rowwise, ref::QuantizeRowwise(x, o), "dual rowwise " + what + how);
-            }
+  for (const auto& counts : GroupCounts()) {
+    for (int64_t k : {int64_t{7}, int64_t{64}, int64_t{129}, int64_t{320}, int64_t{2100}}) {
+      const std::vector<float> v = EdgeMix(100 * k, ++seed);
+      for (GroupListType type : {GroupListType::kCounts, GroupListType::kCumsum}) {
+        std::vector<int64_t> list = counts;
+        if (type == GroupListType::kCumsum) {
+          for (size_t i = 1; i < list.size(); ++i) list[i] += list[i - 1];
+        }
+        const GroupList groups = GroupList::Make(list, type, 100);
+        const QuantizeOptions o{kFormats[seed % 2], kRules[seed % 4]};
+        for (const Tensor& x : {MakeF32({100, k}, v), MakeBf16({100, k}, v)}) {
+          const std::string what =
+              StrCat("grouped ", groups.ToString(), " ", Describe(o, x), " seed ", seed);
+          const MxTensor want = ref::QuantizeGrouped(x, groups, o);
+          for (CodeStores stores : kCodeStores) {
+            const QuantizeOptions os = WithStores(o, stores);
+            const std::string how = stores == CodeStores::kStreaming ? " streamed" : " cached";
+            ExpectSame(QuantizeGrouped(x, groups, os), want, what + how);
+            // The dual form (MoE forward / backward): both layouts from one pass.
+            const DualMx dual = QuantizeDualGrouped(x, groups, os);
+            ExpectSame(dual.columnwise, want, "dual " + what + how);
+            ExpectSame(dual.rowwise, ref::QuantizeRowwise(x, o), "dual rowwise " + what + how);
           }
         }
       }
@@ -578,7 +581,7 @@ TEST(Simd, ForcingATargetSwitchesTheKernels) {
   ASSERT_FALSE(targets.empty());
   EXPECT_EQ(targets.back(), "SCALAR");  // the portable path is always compiled and runnable
   for (const std::string& t : targets) {
-    testing_util::ScopedSimdTarget scoped(t);
+    ScopedSimdTarget scoped(t);
     EXPECT_EQ(CurrentSimdTarget(), t);
     EXPECT_EQ(std::string(internal::CurrentQuantKernels().target), t);
     EXPECT_EQ(std::string(internal::QuantKernelsForTarget(t).target), t);
@@ -589,7 +592,7 @@ TEST(Simd, ForcingATargetSwitchesTheKernels) {
   EXPECT_EQ(AvailableSimdTargets(), targets);
   EXPECT_EQ(std::string(internal::CurrentQuantKernels().target), targets.front());
   for (const std::string& t : targets) {
-    testing_util::ScopedSimdTarget scoped(t);
+    ScopedSimdTarget scoped(t);
     EXPECT_EQ(AvailableSimdTargets().front(), t);
     EXPECT_EQ(std::string(internal::CurrentQuantKernels().target), t);
   }

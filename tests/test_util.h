@@ -15,7 +15,6 @@
 #include "mxtrain/format/bf16.h"
 #include "mxtrain/format/bits.h"
 #include "mxtrain/format/element.h"
-#include "mxtrain/simd.h"
 #include "mxtrain/tensor.h"
 
 namespace mxtrain::testing_util {
@@ -118,11 +117,5 @@ inline int64_t FirstDifference(const Tensor& a, const Tensor& b) {
   return a.NumBytes() == b.NumBytes() ? -1
                                       : static_cast<int64_t>(std::min(a.NumBytes(), b.NumBytes()));
 }
-
-// Restores the default SIMD target when a test that forced one ends.
-struct ScopedSimdTarget {
-  explicit ScopedSimdTarget(const std::string& name) { ForceSimdTarget(name); }
-  ~ScopedSimdTarget() { ResetSimdTarget(); }
-};
 
 }  // namespace mxtrain::testing_util

@@ -75,12 +75,13 @@ Tensor MxGemm(const MxTensor& a, const MxTensor& b, const GemmOptions& options =
 
 // Names of the GEMM paths this machine can run, best first: "amx-bf16" (AMX tiles),
 // "avx512-bf16" (VDPBF16PS on the same bf16 packing), "simd-f32" (fp32 FMA on the best
-// Highway target, simd.h), "portable" (plain loops); and forcing one for tests and
-// benchmarks ("" = best). The environment variable MXTRAIN_MAX_GEMM_PATH=NAME, read once
-// per process, leaves only NAME and the paths after it (simd-f32: a CPU without bf16 dot
-// products); a SIMD cap below AVX-512 (simd.h) also drops amx-bf16 and avx512-bf16.
+// Highway target, simd.h), "portable" (plain loops). The environment variable
+// MXTRAIN_MAX_GEMM_PATH=NAME, read once per process, leaves only NAME and the paths after
+// it (simd-f32: a CPU without bf16 dot products); a SIMD cap below AVX-512 (simd.h) also
+// drops amx-bf16 and avx512-bf16. Tests and benchmarks can force one (ForceGemmPath,
+// testing.h).
 std::vector<std::string> AvailableGemmPaths();
-void ForceGemmPath(const std::string& name);
+// The path the next MxGemm call will use: the first available one unless one is forced.
 std::string CurrentGemmPath();
 
 }  // namespace mxtrain

@@ -54,9 +54,9 @@ Tensor HpGroupedWgrad(const Tensor& dy, const Tensor& x, const GroupList& groups
                       const GemmOptions& options = {});
 
 // The high-precision GEMM paths this build and machine can run, best first ("onednn-bf16",
-// "onednn-f32", "portable"), and forcing one for tests and benchmarks ("" = best).
+// "onednn-f32", "portable"), and the one the next call will use (the first unless tests or
+// benchmarks force one: ForceHpGemmPath, testing.h).
 std::vector<std::string> AvailableHpGemmPaths();
-void ForceHpGemmPath(const std::string& name);
 std::string CurrentHpGemmPath();
 // What a GEMM of this compute type runs on the current path: "onednn-bf16" (a bf16 matmul),
 // "onednn-f32" (an f32 matmul; for bf16 compute on the bf16-rounded operands) or "portable".

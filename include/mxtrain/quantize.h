@@ -77,9 +77,4 @@ MxTensor QuantizeColumnwise(const Tensor& x, const QuantizeOptions& options);
 MxTensor QuantizeGrouped(const Tensor& x, const GroupList& groups, const QuantizeOptions& options);
 }  // namespace ref
 
-// Encodes n fp32 values to elements with the SIMD encoder of the current target (no scaling):
-// the element encoder the quantizers use, exposed so it can be checked against EncodeE4M3 /
-// EncodeE5M2 over every fp32 bit pattern.
-void EncodeElements(ElementFormat format, const float* in, uint8_t* out, size_t n);
-
 }  // namespace mxtrain

@@ -6,8 +6,10 @@
 #include <initializer_list>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
+#include "mxtrain/error.h"
 #include "mxtrain/memory.h"
 
 namespace mxtrain {
@@ -15,6 +17,22 @@ namespace mxtrain {
 enum class DType : uint8_t { kF32, kBF16, kU8 };
 size_t DTypeSize(DType dtype);
 std::string_view Name(DType dtype);
+
+// The element type of each dtype as Tensor's typed accessors take it: float, bf16 as its
+// uint16_t bits, uint8_t (E4M3 / E5M2 codes, E8M0 scales).
+template <typename T>
+constexpr DType DTypeOf() {
+  static_assert(
+      std::is_same_v<T, float> || std::is_same_v<T, uint16_t> || std::is_same_v<T, uint8_t>,
+      "a Tensor holds float, uint16_t (bf16 bits) or uint8_t elements");
+  if constexpr (std::is_same_v<T, float>) {
+    return DType::kF32;
+  } else if constexpr (std::is_same_v<T, uint16_t>) {
+    return DType::kBF16;
+  } else {
+    return DType::kU8;
+  }
+}
 
 // A tensor shape: sizes of each dimension, outermost first.
 class Shape {
@@ -58,9 +76,24 @@ class Tensor {
   size_t NumBytes() const { return static_cast<size_t>(NumElements()) * DTypeSize(dtype_); }
   bool defined() const { return storage_ != nullptr; }
 
+  // The elements, typed: T must be the dtype's element type (DTypeOf; checked in debug
+  // builds), and the tensor defined. As in ATen (const_data_ptr / mutable_data_ptr), a
+  // const Tensor is a handle, not a promise about its storage: const_data says the caller
+  // only reads, mutable_data that it writes; data<T>() is mutable_data<T>(). For bytes
+  // whatever the dtype, use raw().
+  template <typename T>
+  const T* const_data() const {
+    return mutable_data<T>();
+  }
+  template <typename T>
+  T* mutable_data() const {
+    MXTRAIN_DCHECK(storage_ != nullptr);
+    MXTRAIN_DCHECK(dtype_ == DTypeOf<T>());
+    return reinterpret_cast<T*>(static_cast<char*>(storage_->data()) + offset_);
+  }
   template <typename T>
   T* data() const {
-    return reinterpret_cast<T*>(static_cast<char*>(storage_->data()) + offset_);
+    return mutable_data<T>();
   }
   void* raw() const { return storage_ ? static_cast<char*>(storage_->data()) + offset_ : nullptr; }
   const std::shared_ptr<Storage>& storage() const { return storage_; }

@@ -13,6 +13,7 @@
 
 #include "gemm/kernels.h"
 #include "mxtrain/error.h"
+#include "mxtrain/testing.h"
 #include "omp_threads.h"
 
 namespace mxtrain {
@@ -102,9 +103,9 @@ Tensor GemmResultBuffer(int64_t rows, int64_t cols, bool empty_contraction, cons
 
 Tensor FinishGemm(Tensor c32, const GemmOptions& o, int threads) {
   const int64_t rows = c32.shape()[0], cols = c32.shape()[1];
-  float* c = c32.data<float>();
+  float* c = c32.mutable_data<float>();
   if (o.bias != nullptr) {
-    const float* bias = o.bias->data<float>();
+    const float* bias = o.bias->const_data<float>();
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (int64_t i = 0; i < rows; ++i) {
       for (int64_t j = 0; j < cols; ++j) c[i * cols + j] += bias[j];
@@ -112,7 +113,7 @@ Tensor FinishGemm(Tensor c32, const GemmOptions& o, int threads) {
   }
   if (o.out_dtype == DType::kF32) return c32;
   Tensor out = o.out != nullptr ? *o.out : Tensor::Empty(DType::kBF16, c32.shape(), o.category);
-  uint16_t* dst = out.data<uint16_t>();
+  uint16_t* dst = out.mutable_data<uint16_t>();
 #pragma omp parallel for num_threads(threads) schedule(static)
   for (int64_t i = 0; i < rows * cols; ++i) dst[i] = F32ToBf16(c[i]);
   return out;
@@ -144,6 +145,8 @@ bool TileSafety::operator()(int64_t ti, int64_t tj) const {
 std::vector<uint8_t> PlanBlocks(const GemmProblem& p, int64_t block_rows, int64_t block_cols,
                                 std::vector<uint8_t>& skipped) {
   const int64_t tiles_i = CeilDiv(p.a.free, kGemmTile), tiles_j = CeilDiv(p.b.free, kGemmTile);
+  MXTRAIN_DCHECK(block_rows > 0 && block_cols > 0);
+  MXTRAIN_DCHECK(static_cast<int64_t>(skipped.size()) == tiles_i * tiles_j);
   const int64_t blocks_i = CeilDiv(p.a.free, block_rows), blocks_j = CeilDiv(p.b.free, block_cols);
   const TileSafety tile_safe(p);
   std::vector<uint8_t> safe(static_cast<size_t>(tiles_i * tiles_j));
@@ -221,7 +224,7 @@ Tensor MxGemm(const MxTensor& a, const MxTensor& b, const GemmOptions& options) 
   const RowScaleStats a_stats = RowScaleStats::Of(c.a, threads);
   const RowScaleStats b_stats = RowScaleStats::Of(c.b, threads);
   const bool overwrite = options.accumulate == nullptr;
-  const GemmProblem p{c.a, c.b, &a_stats, &b_stats, c32.data<float>(), overwrite, threads};
+  const GemmProblem p{c.a, c.b, &a_stats, &b_stats, c32.mutable_data<float>(), overwrite, threads};
   const int64_t tiles_i = CeilDiv(c.a.free, internal::kGemmTile);
   const int64_t tiles_j = CeilDiv(c.b.free, internal::kGemmTile);
   // With an empty contraction C is already final (zeros or the accumulator).
@@ -259,12 +262,12 @@ Tensor MxGemm(const MxTensor& a, const MxTensor& b, const GemmOptions& options) 
   const Checked c = CheckOperands(a, b, options);
   Tensor c32 = ResultBuffer(c, options);
   const int64_t rows = c.a.free, cols = c.b.free;
-  float* out = c32.data<float>();
+  float* out = c32.mutable_data<float>();
   for (int64_t i = 0; i < rows; ++i) {
     for (int64_t j = 0; j < cols; ++j) {
       const double before = options.accumulate != nullptr ? out[i * cols + j] : 0.0;
       double v = before + ExactDot(c.a, c.b, i, j);
-      if (options.bias != nullptr) v += options.bias->data<float>()[j];
+      if (options.bias != nullptr) v += options.bias->const_data<float>()[j];
       out[i * cols + j] = static_cast<float>(v);  // rounded once
     }
   }
@@ -272,7 +275,7 @@ Tensor MxGemm(const MxTensor& a, const MxTensor& b, const GemmOptions& options) 
   // bf16: from the double directly would round once; via fp32 it can differ only in a
   // double-rounding tie, far inside the test bound.
   Tensor bf = Tensor::Empty(DType::kBF16, c32.shape(), options.category);
-  for (int64_t i = 0; i < rows * cols; ++i) bf.data<uint16_t>()[i] = F32ToBf16(out[i]);
+  for (int64_t i = 0; i < rows * cols; ++i) bf.mutable_data<uint16_t>()[i] = F32ToBf16(out[i]);
   return bf;
 }
 

@@ -10,6 +10,13 @@
 // holds for a K chunk of up to 2048 (at least 2 panels), and sweeps its 32-row panels of A
 // past them; C is loaded and stored once per chunk. Long chunks matter more than wide items
 // here: every C switch drains the tile pipeline (docs/decisions.md, "AMX blocking").
+//
+// Written with intrinsics rather than Highway: Highway 1.0.3 has no AMX tile operations and
+// no VDPBF16PS (its bf16 ReorderWidenMulAccumulate widens to fp32 and multiplies there), and
+// the packing around them only ever runs where AVX-512BW is present, so this file is
+// compiled for exactly that ISA with target attributes (below) instead of once per Highway
+// target; the driver calls it only where the CPU has the units (gemm/amx.h). The decode,
+// the transposes, the stores and the two microkernels are each one small named function.
 #include <immintrin.h>
 #include <omp.h>
 
@@ -18,6 +25,7 @@
 #include <cstring>
 
 #include "gemm/kernels.h"
+#include "mxtrain/error.h"
 #include "mxtrain/format/bits.h"
 #include "mxtrain/tensor.h"
 
@@ -294,10 +302,12 @@ MXTRAIN_AVX512 void PackATilePairColumnwise(const GemmOperand& op, const Bf16Tab
 }
 
 Tensor PackA(const GemmOperand& op, int64_t rows_pad, int64_t kbs, int threads) {
+  MXTRAIN_DCHECK(rows_pad % kBlockDim == 0 && rows_pad >= op.free && kbs == op.blocks);
   const Bf16Table table(op.format);
   Tensor out =
       Tensor::Empty(DType::kBF16, {rows_pad / 16, kbs, kTileElems}, MemoryCategory::kWorkspace);
-  uint16_t* dst = out.data<uint16_t>();
+  uint16_t* dst = out.mutable_data<uint16_t>();
+  MXTRAIN_DCHECK(reinterpret_cast<uintptr_t>(dst) % 64 == 0);  // whole-line (streamed) stores
   if (!op.contract_rows) {
 #pragma omp parallel num_threads(threads)
     {
@@ -388,10 +398,12 @@ void PackBPairs(const GemmOperand& op, const Bf16Table& table, int64_t tp0, int6
 
 // All of B, threads splitting the tile pairs (rowwise storage) or the K blocks (columnwise).
 Tensor PackB(const GemmOperand& op, int64_t cols_pad, int64_t kbs, int threads) {
+  MXTRAIN_DCHECK(cols_pad % kBlockDim == 0 && cols_pad >= op.free && kbs == op.blocks);
   const Bf16Table table(op.format);
   Tensor out =
       Tensor::Empty(DType::kBF16, {cols_pad / 16, kbs, kTileElems}, MemoryCategory::kWorkspace);
-  uint16_t* dst = out.data<uint16_t>();
+  uint16_t* dst = out.mutable_data<uint16_t>();
+  MXTRAIN_DCHECK(reinterpret_cast<uintptr_t>(dst) % 64 == 0);  // whole-line (streamed) stores
   const int64_t pairs = cols_pad / 32;
 #pragma omp parallel num_threads(threads)
   {
@@ -430,6 +442,7 @@ struct NextC {
 // start from zero instead of a load from memory.
 MXTRAIN_AMX void AmxBlock(const uint16_t* a, const uint16_t* b, int64_t kbs, int64_t kb0,
                           int64_t kb1, float* c, int64_t ldc, bool load_c, NextC next) {
+  MXTRAIN_DCHECK(0 <= kb0 && kb0 < kb1 && kb1 <= kbs && ldc >= kBlockDim);
   const int64_t stride = ldc * static_cast<int64_t>(sizeof(float));
   if (load_c) {
     _tile_loadd(0, c, stride);
@@ -486,6 +499,8 @@ MXTRAIN_AMX void ReleaseTiles() { _tile_release(); }
 // both column halves use.
 MXTRAIN_DPBF16 void DpBlock(const uint16_t* a, const uint16_t* b, int64_t kbs, int64_t kb0,
                             int64_t kb1, float* c, int64_t ldc, bool load_c) {
+  MXTRAIN_DCHECK(0 <= kb0 && kb0 < kb1 && kb1 <= kbs && ldc >= kBlockDim);
+  MXTRAIN_DCHECK(reinterpret_cast<uintptr_t>(b) % 64 == 0);  // aligned loads of B's rows
   constexpr int kStrip = 8;
   const uint16_t* b1 = b + kbs * kTileElems;
   for (int64_t strip = 0; strip < 32 / kStrip; ++strip) {
@@ -552,7 +567,7 @@ void RunBf16Gemm(const GemmProblem& p, std::vector<uint8_t>& skipped) {
   const std::vector<uint8_t> block_ok = PlanBlocks(p, kBlockDim, kBlockDim, skipped);
 
   const Tensor a_pack = PackA(p.a, rows_pad, kbs, p.threads);
-  const uint16_t* a = a_pack.data<uint16_t>();
+  const uint16_t* a = a_pack.const_data<uint16_t>();
   // K chunks outermost within an item (C blocks reloaded per chunk past the first), so that
   // only one chunk of each panel's B tiles has to stay in L2 and an item can be wide.
   const int64_t resident_kbs = std::min(kbs, kChunkBlocks);
@@ -580,16 +595,18 @@ void RunBf16Gemm(const GemmProblem& p, std::vector<uint8_t>& skipped) {
     if (!split_rows) {
       item_pack = Tensor::Empty(DType::kBF16, {2 * column_panels, kbs, kTileElems},
                                 MemoryCategory::kWorkspace);
+      MXTRAIN_DCHECK(reinterpret_cast<uintptr_t>(item_pack.raw()) % 64 == 0);
     }
     // C blocks of rows [pi_begin, pi_end) x column item `item`.
     const auto run = [&](int64_t item, int64_t pi_begin, int64_t pi_end) {
       const int64_t pj0 = item * column_panels;
       const int64_t pj1 = std::min(panels_j, pj0 + column_panels);
       // B tiles of panel pj: from the whole pack, or from this item's.
-      const uint16_t* b = split_rows ? b_pack.data<uint16_t>() : item_pack.data<uint16_t>();
+      const uint16_t* b =
+          split_rows ? b_pack.const_data<uint16_t>() : item_pack.const_data<uint16_t>();
       const int64_t pj_base = split_rows ? 0 : pj0;
       if (!split_rows) {
-        PackBPairs<false>(p.b, b_table, pj0, pj1, 0, kbs, kbs, item_pack.data<uint16_t>());
+        PackBPairs<false>(p.b, b_table, pj0, pj1, 0, kbs, kbs, item_pack.mutable_data<uint16_t>());
       }
       // One C block (pi, pj) over K blocks [kb0, kb1).
       const auto block = [&](int64_t pi, int64_t pj, int64_t kb0, int64_t kb1, NextC next) {
@@ -648,10 +665,14 @@ void RunBf16Gemm(const GemmProblem& p, std::vector<uint8_t>& skipped) {
 }  // namespace
 
 void GemmAmx(const GemmProblem& p, std::vector<uint8_t>& skipped) {
+  DCheckGemmProblem(p, skipped);
+  MXTRAIN_DCHECK(AmxAvailable());
   RunBf16Gemm<AmxKernel>(p, skipped);
 }
 
 void GemmAvx512Bf16(const GemmProblem& p, std::vector<uint8_t>& skipped) {
+  DCheckGemmProblem(p, skipped);
+  MXTRAIN_DCHECK(Avx512Bf16Available());
   RunBf16Gemm<DpKernel>(p, skipped);
 }
 

@@ -10,10 +10,11 @@
 
 namespace mxtrain::internal {
 Tensor DecodeRowsF32(const GemmOperand& op, int64_t rows, int64_t s_pad, int threads) {
+  MXTRAIN_DCHECK(rows >= op.free && s_pad >= op.s);
   std::array<float, 256> table;
   for (int c = 0; c < 256; ++c) table[c] = DecodeElement(op.format, static_cast<uint8_t>(c));
   Tensor out = Tensor::Zeros(DType::kF32, {rows, s_pad}, MemoryCategory::kWorkspace);
-  float* dst = out.data<float>();
+  float* dst = out.mutable_data<float>();
 #pragma omp parallel for num_threads(threads) schedule(static)
   for (int64_t f = 0; f < op.free; ++f) {
     for (int64_t k = 0; k < op.s; ++k) {
@@ -24,6 +25,7 @@ Tensor DecodeRowsF32(const GemmOperand& op, int64_t rows, int64_t s_pad, int thr
 }
 
 void GemmPortable(const GemmProblem& p, std::vector<uint8_t>& skipped) {
+  DCheckGemmProblem(p, skipped);
   const int64_t s_pad = CeilDiv(p.a.s, 16) * 16;
   const Tensor a = DecodeRowsF32(p.a, p.a.free, s_pad, p.threads);
   const Tensor b = DecodeRowsF32(p.b, p.b.free, s_pad, p.threads);
@@ -39,9 +41,9 @@ void GemmPortable(const GemmProblem& p, std::vector<uint8_t>& skipped) {
       continue;
     }
     for (int64_t i = ti * kGemmTile; i < std::min(p.a.free, (ti + 1) * kGemmTile); ++i) {
-      const float* ar = a.data<float>() + i * s_pad;
+      const float* ar = a.const_data<float>() + i * s_pad;
       for (int64_t j = tj * kGemmTile; j < std::min(cols, (tj + 1) * kGemmTile); ++j) {
-        const float* br = b.data<float>() + j * s_pad;
+        const float* br = b.const_data<float>() + j * s_pad;
         float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
         for (int64_t k = 0; k < s_pad; ++k) sum += ar[k] * br[k];

@@ -60,6 +60,9 @@ int64_t Nr() { return 2 * static_cast<int64_t>(hn::Lanes(D())); }
 // over kc K steps; a: [kc][kMr], b: [kc][kNr], both 64-byte aligned.
 HWY_INLINE void MicroKernel(const float* HWY_RESTRICT a, const float* HWY_RESTRICT b, int64_t kc,
                             float* HWY_RESTRICT c, int64_t ldc, bool add) {
+  MXTRAIN_DCHECK(reinterpret_cast<uintptr_t>(a) % 64 == 0 &&
+                 reinterpret_cast<uintptr_t>(b) % 64 == 0);
+  MXTRAIN_DCHECK(kc > 0 && ldc >= Nr());
   const D d;
   const int64_t n = static_cast<int64_t>(hn::Lanes(d));
   V acc[kMr][2];
@@ -114,6 +117,8 @@ constexpr int64_t kAhead = 8;
 // (decoded, scales folded in); rows past op.free and K past op.s are zero.
 void PackPanel(const GemmOperand& op, const DecodeTables& t, int64_t f0, int64_t width, int64_t k0,
                int64_t kc, float* HWY_RESTRICT dst) {
+  MXTRAIN_DCHECK(k0 % kMxBlock == 0 && k0 < op.s);  // one scale per 32 codes from k0 on
+  MXTRAIN_DCHECK(0 <= f0 && f0 < op.free && width > 0 && 0 < kc && kc <= kKc);
   const int64_t k_end = std::min(kc, op.s - k0);  // valid K steps
   if (!op.contract_rows) {
     // Rowwise storage: each row's codes are contiguous along K.
@@ -168,7 +173,8 @@ void RunGemm(const GemmProblem& p, std::vector<uint8_t>& skipped) {
   const DecodeTables ta(p.a.format), tb(p.b.format);
   // B panel of one (column block, K chunk): nc_panels micro-panels of [kKc][nr].
   Tensor b_pack = Tensor::Empty(DType::kF32, {nc_panels * kKc * nr}, MemoryCategory::kWorkspace);
-  float* bp = b_pack.data<float>();
+  float* bp = b_pack.mutable_data<float>();
+  MXTRAIN_DCHECK(reinterpret_cast<uintptr_t>(bp) % 64 == 0);  // micro-panels 64-aligned
   // Rows split between threads when each gets at least two micro-panels of rows; else the
   // threads split the column micro-panels of each block (each packs the A rows it needs).
   const bool split_rows = row_panels >= 2 * p.threads;
@@ -177,7 +183,7 @@ void RunGemm(const GemmProblem& p, std::vector<uint8_t>& skipped) {
   {
     const int64_t team = omp_get_num_threads(), t = omp_get_thread_num();
     Tensor a_pack = Tensor::Empty(DType::kF32, {mc_panels * kMr * kKc}, MemoryCategory::kWorkspace);
-    float* ap = a_pack.data<float>();
+    float* ap = a_pack.mutable_data<float>();
     alignas(64) float edge[kMr * 2 * HWY_MAX_BYTES / sizeof(float)];
     const int64_t rp0 = split_rows ? row_panels * t / team : 0;
     const int64_t rp1 = split_rows ? row_panels * (t + 1) / team : row_panels;
@@ -242,6 +248,7 @@ namespace mxtrain::internal {
 HWY_EXPORT(RunGemm);
 
 void GemmSimd(const GemmProblem& p, std::vector<uint8_t>& skipped) {
+  DCheckGemmProblem(p, skipped);
   EnsureSimdTargetChosen();
   HWY_DYNAMIC_DISPATCH(RunGemm)(p, skipped);
 }

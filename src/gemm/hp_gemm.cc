@@ -17,6 +17,7 @@
 #include "gemm/kernels.h"
 #include "mxtrain/elementwise.h"
 #include "mxtrain/error.h"
+#include "mxtrain/testing.h"
 
 #ifdef MXTRAIN_HAVE_DNNL
 #include <oneapi/dnnl/dnnl.hpp>
@@ -56,16 +57,17 @@ HpView ViewOf(const Tensor& t, Contract c, DType compute, bool widen, int thread
 // Element (f, k) of a view as fp32.
 inline float At(const HpView& v, int64_t f, int64_t k) {
   const int64_t idx = v.contract_first ? k * v.free + f : f * v.s + k;
-  return v.t.dtype() == DType::kBF16 ? Bf16ToF32(v.t.data<uint16_t>()[idx])
-                                     : v.t.data<float>()[idx];
+  return v.t.dtype() == DType::kBF16 ? Bf16ToF32(v.t.const_data<uint16_t>()[idx])
+                                     : v.t.const_data<float>()[idx];
 }
 
 // The portable path: B packed as fp32 [S, J] once, then for each block of 4 rows of C the
 // sum over s in order, vectorized over j (no reassociation: the order is fixed by s).
 void HpGemmPortable(const HpView& a, const HpView& b, float* c, bool overwrite, int threads) {
+  MXTRAIN_DCHECK(a.s == b.s && a.t.dtype() == b.t.dtype() && c != nullptr && threads >= 1);
   const int64_t rows = a.free, cols = b.free, s_len = a.s;
   Tensor bt = Tensor::Empty(DType::kF32, {s_len, cols}, MemoryCategory::kWorkspace);
-  float* bp = bt.data<float>();
+  float* bp = bt.mutable_data<float>();
 #pragma omp parallel for num_threads(threads) schedule(static)
   for (int64_t k = 0; k < s_len; ++k) {
     for (int64_t j = 0; j < cols; ++j) bp[k * cols + j] = At(b, j, k);
@@ -112,6 +114,7 @@ class OneDnn {
   }
 
   void Run(const HpView& a, const HpView& b, float* c, bool accumulate, int threads) {
+    MXTRAIN_DCHECK(a.s == b.s && a.t.dtype() == b.t.dtype() && c != nullptr && threads >= 1);
     using dt = dnnl::memory::data_type;
     const bool bf16 = a.t.dtype() == DType::kBF16;
     // A [M, K]: element (i, s) at i * a_sm + s * a_sk; B [K, N]: (s, j) at s * b_sk + j * b_sn.
@@ -258,11 +261,11 @@ Tensor HpGemm(const Tensor& a, Contract a_contract, const Tensor& b, Contract b_
     const bool accumulate = options.accumulate != nullptr;
 #ifdef MXTRAIN_HAVE_DNNL
     if (path != "portable") {
-      OneDnn::Get().Run(av, bv, c32.data<float>(), accumulate, threads);
+      OneDnn::Get().Run(av, bv, c32.mutable_data<float>(), accumulate, threads);
       return internal::FinishGemm(std::move(c32), options, threads);
     }
 #endif
-    HpGemmPortable(av, bv, c32.data<float>(), !accumulate, threads);
+    HpGemmPortable(av, bv, c32.mutable_data<float>(), !accumulate, threads);
   }
   return internal::FinishGemm(std::move(c32), options, threads);
 }

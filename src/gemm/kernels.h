@@ -10,6 +10,7 @@
 
 #include "gemm/amx.h"
 #include "gemm/operand.h"
+#include "mxtrain/error.h"
 #include "mxtrain/gemm.h"
 #include "mxtrain/tensor.h"
 
@@ -64,6 +65,23 @@ std::vector<uint8_t> PlanBlocks(const GemmProblem& p, int64_t block_rows, int64_
 
 // skipped[ti * tiles_j + tj] = 1 for tiles left to the exact path.
 using GemmKernel = void (*)(const GemmProblem& p, std::vector<uint8_t>& skipped);
+
+// What every kernel may assume (above), checked at its entry in debug builds
+// (MXTRAIN_DCHECK: the dev preset; nothing in release). MxGemm establishes it.
+inline void DCheckGemmProblem(const GemmProblem& p, const std::vector<uint8_t>& skipped) {
+  MXTRAIN_DCHECK(p.a.s > 0 && p.a.s == p.b.s);
+  MXTRAIN_DCHECK(p.a.free > 0 && p.b.free > 0);
+  MXTRAIN_DCHECK(p.a.blocks == CeilDiv(p.a.s, kMxBlock) && p.b.blocks == p.a.blocks);
+  MXTRAIN_DCHECK(p.a.data != nullptr && p.a.scales != nullptr);
+  MXTRAIN_DCHECK(p.b.data != nullptr && p.b.scales != nullptr);
+  MXTRAIN_DCHECK(p.a_stats != nullptr &&
+                 static_cast<int64_t>(p.a_stats->min_scale.size()) == p.a.free);
+  MXTRAIN_DCHECK(p.b_stats != nullptr &&
+                 static_cast<int64_t>(p.b_stats->min_scale.size()) == p.b.free);
+  MXTRAIN_DCHECK(p.c != nullptr && p.threads >= 1);
+  MXTRAIN_DCHECK(static_cast<int64_t>(skipped.size()) ==
+                 CeilDiv(p.a.free, kGemmTile) * CeilDiv(p.b.free, kGemmTile));
+}
 
 // Logical rows of an operand as fp32 [rows, s_pad] (scales folded in; rows >= op.free and
 // s_pad >= op.s, the rest zero).

@@ -23,8 +23,8 @@ GemmOperand GemmOperand::Of(const MxTensor& t, const char* name) {
   MXTRAIN_CHECK(!t.groups().has_value(), "gemm: operand ", name,
                 " is token-grouped; use MxGroupedWgrad");
   GemmOperand op;
-  op.data = t.data().data<uint8_t>();
-  op.scales = t.scales().data<uint8_t>();
+  op.data = t.data().const_data<uint8_t>();
+  op.scales = t.scales().const_data<uint8_t>();
   op.format = t.format();
   op.contract_rows = t.axis() == BlockAxis::kColumnwise;
   op.free = op.contract_rows ? t.shape()[1] : t.shape()[0];

@@ -41,8 +41,8 @@ Tensor Dequantize(const MxTensor& q, DType out_dtype, int threads) {
   Tensor out = Tensor::Empty(out_dtype, q.shape());
   const int64_t k = q.cols();
   const int64_t rows = k == 0 ? 0 : q.shape().NumElements() / k;
-  const uint8_t* data = q.data().data<uint8_t>();
-  const uint8_t* scales = q.scales().data<uint8_t>();
+  const uint8_t* data = q.data().const_data<uint8_t>();
+  const uint8_t* scales = q.scales().const_data<uint8_t>();
   const int64_t row_blocks = CeilDiv(k, kMxBlock);
   const bool rowwise = q.axis() == BlockAxis::kRowwise;
   const ScaleRowMap map{q.groups() ? &*q.groups() : nullptr, q.rows()};
@@ -59,9 +59,9 @@ Tensor Dequantize(const MxTensor& q, DType out_dtype, int threads) {
         const float value =
             table[data[r * k + c]] * DecodeE8M0(rowwise ? scale_row[c / kMxBlock] : scale_row[c]);
         if (out_dtype == DType::kF32) {
-          out.data<float>()[r * k + c] = value;
+          out.mutable_data<float>()[r * k + c] = value;
         } else {
-          out.data<uint16_t>()[r * k + c] = F32ToBf16(value);
+          out.mutable_data<uint16_t>()[r * k + c] = F32ToBf16(value);
         }
       }
     }

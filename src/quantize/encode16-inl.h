@@ -86,8 +86,9 @@ HWY_INLINE M16 SlowLanes16(V16 h, V16 slow_below) {
 
 // The slow-lane tests of a run of vectors, accumulated as the lanes that were fast in every
 // vector so far (start from AllFast16, test with AnySlow16). On AVX-512 each test is one
-// compare masked by the running mask, so accumulating takes no mask OR of its own (kor
-// would share port 0 with the encode).
+// compare masked by the running mask (vpcmpuw with a write mask), so accumulating takes no
+// mask operation of its own (kandn would share port 0 with the encode): Highway 1.0.3 has
+// no compare under a mask, only a compare and then AndNot of the masks.
 HWY_INLINE M16 AllFast16() { return hn::FirstN(D16(), hn::Lanes(D16())); }
 HWY_INLINE M16 StillFast16(M16 fast, V16 h, V16 slow_below) {
 #if HWY_TARGET <= HWY_AVX3
@@ -103,8 +104,9 @@ HWY_INLINE bool AnySlow16(M16 fast) { return !hn::AllTrue(D16(), fast); }
 // the per-lane subtrahends `sub` (Enc16::Sub, kRound folded in). `fast` loses the lanes of
 // SlowLanes16 (StillFast16): the caller encodes the vectors that had any again with the fp32
 // encoder. Zero lanes saturate to 0, which rounds to code 0 before the sign. kSaturate: clamp
-// at the largest element; rceil and ceil never exceed it (exhaustive_rceil_range), so
-// their kernels leave the min out (one vector op of about ten). The code is built in the high byte
+// at the largest element; rceil and ceil never exceed it
+// (Exhaustive.RceilAndCeilNeverRoundPastTheLargestElement), so their kernels leave the min
+// out (one vector op of about ten). The code is built in the high byte
 // so that the sign is one bitwise select from h and no shift back is needed (docs/decisions.md,
 // "16-bit quantization lanes").
 template <ElementFormat kFormat, bool kSaturate = true>
@@ -134,7 +136,7 @@ HWY_INLINE V16 Encode16(V16 h, V16 sub, V16 slow_below, M16& fast) {
 HWY_INLINE void StoreCodes16(V16 codes, uint8_t* out) {
   const V16 low = hn::ShiftRight<8>(codes);
 #if HWY_TARGET <= HWY_AVX3
-  // vpmovwb: Highway's TruncateTo takes a shuffle and a permute here.
+  // One truncating vpmovwb: Highway 1.0.3's TruncateTo takes a shuffle and a permute here.
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), _mm512_cvtepi16_epi8(low.raw));
 #else
   hn::StoreU(hn::TruncateTo(D8(), low), D8(), out);
@@ -143,7 +145,8 @@ HWY_INLINE void StoreCodes16(V16 codes, uint8_t* out) {
 
 #if HWY_TARGET <= HWY_AVX3_DL
 // AVX512-VBMI: output byte i is byte pick(i) of the 128-byte concatenation [a, b], one
-// two-register byte permute (vpermt2b).
+// two-register byte permute (vpermt2b). Highway 1.0.3 has no two-register table lookup
+// (its TableLookupBytes stays within 16-byte blocks).
 struct alignas(64) ByteTable {
   uint8_t index[64];
 };
@@ -158,26 +161,36 @@ HWY_INLINE __m512i PickBytes(__m512i a, __m512i b, const ByteTable& table) {
 }
 #endif
 
+#if HWY_TARGET <= HWY_AVX3
+// The high bytes of a's lanes, then of b's: one vector of 64 codes. VBMI: one vpermt2b
+// (PickBytes). AVX-512 without it: vpackuswb interleaves the 128-bit blocks (a0 b0 a1 b1
+// ...; codes fit a byte unsigned), vpermq puts a's four quarters first. Highway 1.0.3's
+// ConcatOdd emits the same permutes (as vpermi2b on VBMI); the quantizer's figures were
+// measured with this form, so it stays until a measurement says otherwise.
+using DBytes = hn::Repartition<uint8_t, D16>;  // a whole vector of bytes
+HWY_INLINE hn::Vec<DBytes> HighBytesOf2(V16 a, V16 b) {
+#if HWY_TARGET <= HWY_AVX3_DL
+  static constexpr ByteTable kOdd = MakeByteTable([](int i) { return 2 * i + 1; });
+  return hn::Vec<DBytes>{PickBytes(a.raw, b.raw, kOdd)};
+#else
+  const __m512i packed = _mm512_packus_epi16(hn::ShiftRight<8>(a).raw, hn::ShiftRight<8>(b).raw);
+  return hn::Vec<DBytes>{
+      _mm512_permutexvar_epi64(_mm512_set_epi64(7, 5, 3, 1, 6, 4, 2, 0), packed)};
+#endif
+}
+#endif
+
 // StoreCodes16 of a then b, to 2 * Lanes(D16()) consecutive bytes. kStream: non-temporal
 // stores, `out` aligned to 2 * Lanes(D16()) bytes (the caller issues hwy::FlushStream
 // before the bytes are read elsewhere).
 template <bool kStream = false>
 HWY_INLINE void StoreCodes16x2(V16 a, V16 b, uint8_t* out) {
 #if HWY_TARGET <= HWY_AVX3
-#if HWY_TARGET <= HWY_AVX3_DL
-  // The high bytes of both.
-  static constexpr ByteTable kOdd = MakeByteTable([](int i) { return 2 * i + 1; });
-  const __m512i codes = PickBytes(a.raw, b.raw, kOdd);
-#else
-  // vpackuswb interleaves the 128-bit blocks (a0 b0 a1 b1 ...; codes fit a byte unsigned);
-  // vpermq puts a's four quarters first.
-  const __m512i packed = _mm512_packus_epi16(hn::ShiftRight<8>(a).raw, hn::ShiftRight<8>(b).raw);
-  const __m512i codes = _mm512_permutexvar_epi64(_mm512_set_epi64(7, 5, 3, 1, 6, 4, 2, 0), packed);
-#endif
+  const hn::Vec<DBytes> codes = HighBytesOf2(a, b);
   if constexpr (kStream) {
-    _mm512_stream_si512(reinterpret_cast<__m512i*>(out), codes);
+    hn::Stream(codes, DBytes(), out);
   } else {
-    _mm512_storeu_si512(out, codes);
+    hn::StoreU(codes, DBytes(), out);
   }
 #else
   if constexpr (kStream) {
@@ -198,16 +211,21 @@ HWY_INLINE void StoreCodes16x2(V16 a, V16 b, uint8_t* out) {
 // the sticky bit: v | ((v ^ (v + 0xFFFF)) & 0x10000) is an add and one ternary-logic op on
 // AVX-512, then one byte permute takes the high halves (5 vector uops per 32 elements,
 // where shifting, a min, an OR and vpermt2w took 11).
+// a | ((a ^ b) & c): one vpternlogd on AVX-512, where Highway 1.0.3 has no three-input
+// logic op of this shape (its OrAnd would take a separate Xor).
+HWY_INLINE VU OrXorAnd(VU a, VU b, VU c) {
+#if HWY_TARGET <= HWY_AVX3
+  return VU{_mm512_ternarylogic_epi32(a.raw, b.raw, c.raw, 0xF8)};
+#else
+  return hn::Or(a, hn::And(hn::Xor(a, b), c));
+#endif
+}
+
 HWY_INLINE V16 NarrowToOdd(VU lo, VU hi) {
   const DU du;
   const auto odd = [&](VU v) {
     const VU carried = hn::Add(v, hn::Set(du, 0xFFFF));
-#if HWY_TARGET <= HWY_AVX3
-    // A | ((A ^ B) & C) for A = v, B = carried, C = 0x10000.
-    return VU{_mm512_ternarylogic_epi32(v.raw, carried.raw, hn::Set(du, 0x10000).raw, 0xF8)};
-#else
-    return hn::Or(v, hn::And(hn::Xor(v, carried), hn::Set(du, 0x10000)));
-#endif
+    return OrXorAnd(v, carried, hn::Set(du, 0x10000));
   };
 #if HWY_TARGET <= HWY_AVX3_DL
   // Bytes 2 and 3 of each 32-bit lane of lo, then of hi.

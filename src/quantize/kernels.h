@@ -7,7 +7,9 @@
 #include <cstdint>
 #include <string>
 
+#include "mxtrain/error.h"
 #include "mxtrain/format/element.h"
+#include "mxtrain/mx_tensor.h"
 #include "quantize/scale_table.h"
 
 namespace mxtrain::internal {
@@ -47,19 +49,62 @@ struct ColwiseOut {
   bool stream = false;
 };
 
+// A columnwise or dual kernel's scratch memory for one strip (per-column amax, factors and
+// 16-bit encoder offsets): at least kWorkspaceBytesPerColumn bytes per column of the strip
+// (col1 - col0), 4-aligned. The drivers give each thread one for all its strips.
+struct Workspace {
+  void* data;
+  int64_t bytes;
+};
+inline constexpr int64_t kWorkspaceBytesPerColumn = 16;
+
 struct QuantKernels {
   const char* target;
   // Rows [row0, row1) of a rowwise quantization.
   void (*rowwise)(const QuantSource& src, int64_t row0, int64_t row1, RowwiseOut out);
-  // One columnwise strip. workspace: at least 16 bytes per column (col1 - col0), 4-aligned.
-  void (*colwise)(const QuantSource& src, const ColStrip& strip, ColwiseOut out, void* workspace);
+  // One columnwise strip.
+  void (*colwise)(const QuantSource& src, const ColStrip& strip, ColwiseOut out,
+                  Workspace workspace);
   // One strip of both: rowwise for its rows and columns (col0, col1 multiples of 32 unless
   // col1 == cols), columnwise as colwise does.
   void (*dual)(const QuantSource& src, const ColStrip& strip, RowwiseOut row_out,
-               ColwiseOut col_out, void* workspace);
+               ColwiseOut col_out, Workspace workspace);
   // Plain element encode (no scaling) of n values.
   void (*encode)(ElementFormat format, const float* in, uint8_t* out, size_t n);
 };
+
+// The preconditions above, checked at each kernel's entry in debug builds (MXTRAIN_DCHECK:
+// the dev preset; nothing in release). The drivers (quantize.cc) establish them; a kernel
+// that broke one would read or write outside its buffers.
+inline void DCheckSource(const QuantSource& src) {
+  MXTRAIN_DCHECK(src.rows >= 0 && src.cols >= 0);
+  MXTRAIN_DCHECK(src.x != nullptr || src.rows * src.cols == 0);
+  MXTRAIN_DCHECK(src.scale_table == &ScaleTableFor(src.rule, src.format));
+}
+inline void DCheckRowwise(const QuantSource& src, int64_t row0, int64_t row1,
+                          const RowwiseOut& out) {
+  DCheckSource(src);
+  MXTRAIN_DCHECK(0 <= row0 && row0 <= row1 && row1 <= src.rows);
+  MXTRAIN_DCHECK(out.data != nullptr && out.scales != nullptr);
+}
+inline void DCheckColwise(const QuantSource& src, const ColStrip& strip, const ColwiseOut& out,
+                          const Workspace& workspace) {
+  DCheckSource(src);
+  MXTRAIN_DCHECK(1 <= strip.num_rows && strip.num_rows <= kMxBlock);
+  MXTRAIN_DCHECK(0 <= strip.row0 && strip.row0 + strip.num_rows <= src.rows);
+  MXTRAIN_DCHECK(strip.scale_row >= 0);
+  MXTRAIN_DCHECK(0 <= strip.col0 && strip.col0 <= strip.col1 && strip.col1 <= src.cols);
+  MXTRAIN_DCHECK(out.data != nullptr && out.scales != nullptr);
+  MXTRAIN_DCHECK(workspace.data != nullptr && reinterpret_cast<uintptr_t>(workspace.data) % 4 == 0);
+  MXTRAIN_DCHECK(workspace.bytes >= kWorkspaceBytesPerColumn * (strip.col1 - strip.col0));
+}
+inline void DCheckDual(const QuantSource& src, const ColStrip& strip, const RowwiseOut& row_out,
+                       const ColwiseOut& col_out, const Workspace& workspace) {
+  DCheckColwise(src, strip, col_out, workspace);
+  MXTRAIN_DCHECK(row_out.data != nullptr && row_out.scales != nullptr);
+  MXTRAIN_DCHECK(strip.col0 % kMxBlock == 0);
+  MXTRAIN_DCHECK(strip.col1 % kMxBlock == 0 || strip.col1 == src.cols);
+}
 
 // The kernels of the currently chosen SIMD target (simd.h).
 const QuantKernels& CurrentQuantKernels();

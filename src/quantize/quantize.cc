@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "mxtrain/error.h"
+#include "mxtrain/testing.h"
 #include "omp_threads.h"
 #include "quantize/kernels.h"
 #include "quantize/scale_table.h"
@@ -116,11 +117,12 @@ void ForEachStrip(const std::vector<ColStrip>& strips, int threads, Fn&& fn) {
   for (const ColStrip& s : strips) width = std::max(width, s.col1 - s.col0);
   const int used = static_cast<int>(std::min<int64_t>(threads, n));
   // Per thread: one strip's per-column workspace (kernels.h).
-  const int64_t slot_bytes = 16 * std::max<int64_t>(width, 1);
+  const int64_t slot_bytes = internal::kWorkspaceBytesPerColumn * std::max<int64_t>(width, 1);
   Tensor workspace = Tensor::Empty(DType::kU8, {used, slot_bytes}, MemoryCategory::kWorkspace);
 #pragma omp parallel num_threads(used)
   {
-    void* ws = workspace.data<uint8_t>() + omp_get_thread_num() * slot_bytes;
+    const internal::Workspace ws{
+        workspace.mutable_data<uint8_t>() + omp_get_thread_num() * slot_bytes, slot_bytes};
 #pragma omp for schedule(static)
     for (int64_t i = 0; i < n; ++i) fn(strips[i], ws);
   }
@@ -150,10 +152,10 @@ MxTensor MakeColumnwise(const Tensor& x, const QuantizeOptions& options, const G
   MxBuffers col(x, BlockAxis::kColumnwise, groups, options);
   const QuantKernels& k = internal::CurrentQuantKernels();
   const int threads = ThreadCount(options);
-  const ColwiseOut out{col.data.data<uint8_t>(), col.scales.data<uint8_t>(),
+  const ColwiseOut out{col.data.mutable_data<uint8_t>(), col.scales.mutable_data<uint8_t>(),
                        StreamsColumnwiseCodes(x, options)};
   ForEachStrip(MakeStrips(segments, src.cols, src.bf16 ? 2 : 4, threads, MaxStripBytes()), threads,
-               [&](const ColStrip& s, void* ws) { k.colwise(src, s, out, ws); });
+               [&](const ColStrip& s, internal::Workspace ws) { k.colwise(src, s, out, ws); });
   return std::move(col).Finish(BlockAxis::kColumnwise, options, std::move(groups));
 }
 
@@ -166,11 +168,12 @@ DualMx MakeDual(const Tensor& x, const QuantizeOptions& options, const GroupList
   MxBuffers col(x, BlockAxis::kColumnwise, groups, options);
   const QuantKernels& k = internal::CurrentQuantKernels();
   const int threads = ThreadCount(options);
-  const RowwiseOut row_out{row.data.data<uint8_t>(), row.scales.data<uint8_t>()};
-  const ColwiseOut col_out{col.data.data<uint8_t>(), col.scales.data<uint8_t>(),
+  const RowwiseOut row_out{row.data.mutable_data<uint8_t>(), row.scales.mutable_data<uint8_t>()};
+  const ColwiseOut col_out{col.data.mutable_data<uint8_t>(), col.scales.mutable_data<uint8_t>(),
                            StreamsColumnwiseCodes(x, options)};
-  ForEachStrip(MakeStrips(segments, src.cols, src.bf16 ? 2 : 4, threads, /*max_strip_bytes=*/0),
-               threads, [&](const ColStrip& s, void* ws) { k.dual(src, s, row_out, col_out, ws); });
+  ForEachStrip(
+      MakeStrips(segments, src.cols, src.bf16 ? 2 : 4, threads, /*max_strip_bytes=*/0), threads,
+      [&](const ColStrip& s, internal::Workspace ws) { k.dual(src, s, row_out, col_out, ws); });
   return DualMx{std::move(row).Finish(BlockAxis::kRowwise, options),
                 std::move(col).Finish(BlockAxis::kColumnwise, options, std::move(groups))};
 }
@@ -219,7 +222,7 @@ MxTensor QuantizeRowwise(const Tensor& x, const QuantizeOptions& options) {
   const QuantSource src = SourceOf(x, options, "rowwise quantize");
   MxBuffers row(x, BlockAxis::kRowwise, std::nullopt, options);
   const QuantKernels& k = internal::CurrentQuantKernels();
-  const RowwiseOut out{row.data.data<uint8_t>(), row.scales.data<uint8_t>()};
+  const RowwiseOut out{row.data.mutable_data<uint8_t>(), row.scales.mutable_data<uint8_t>()};
   // At least 16 Ki elements per thread, so that tiny tensors don't pay for a thread team.
   const int64_t rows = src.rows;
   const int threads =

@@ -11,7 +11,8 @@ namespace {
 
 // Element i of an fp32 or bf16 tensor, widened to fp32 (exact).
 float Element(const Tensor& x, int64_t i) {
-  return x.dtype() == DType::kBF16 ? Bf16ToF32(x.data<uint16_t>()[i]) : x.data<float>()[i];
+  return x.dtype() == DType::kBF16 ? Bf16ToF32(x.const_data<uint16_t>()[i])
+                                   : x.const_data<float>()[i];
 }
 
 void CheckInput(const Tensor& x) {
@@ -51,8 +52,8 @@ MxTensor Columnwise(const Tensor& x, const QuantizeOptions& o, const GroupList& 
       for (int64_t c = 0; c < k; ++c) {
         indices.clear();
         for (int64_t r = r0; r < r1; ++r) indices.push_back(r * k + c);
-        scales.data<uint8_t>()[scale_row * k + c] =
-            QuantizeBlock(x, indices, o, data.data<uint8_t>());
+        scales.mutable_data<uint8_t>()[scale_row * k + c] =
+            QuantizeBlock(x, indices, o, data.mutable_data<uint8_t>());
       }
     }
   }
@@ -77,7 +78,8 @@ MxTensor QuantizeRowwise(const Tensor& x, const QuantizeOptions& o) {
       for (int64_t c = b * kMxBlock; c < std::min(k, (b + 1) * kMxBlock); ++c) {
         indices.push_back(r * k + c);
       }
-      scales.data<uint8_t>()[r * blocks + b] = QuantizeBlock(x, indices, o, data.data<uint8_t>());
+      scales.mutable_data<uint8_t>()[r * blocks + b] =
+          QuantizeBlock(x, indices, o, data.mutable_data<uint8_t>());
     }
   }
   return MxTensor(std::move(data), std::move(scales), o.format, o.rule, BlockAxis::kRowwise);

@@ -47,7 +47,8 @@ namespace hn = hwy::HWY_NAMESPACE;
 
 // Whether a rule's elements can exceed the largest element once scaled (floor and even:
 // blocks whose amax mantissa is large); rceil and ceil cannot (docs/decisions.md "rceil and
-// saturation", checked by exhaustive_rceil_range), so their kernels leave the clamp out.
+// saturation", checked by Exhaustive.RceilAndCeilNeverRoundPastTheLargestElement), so
+// their kernels leave the clamp out.
 HWY_INLINE bool RuleSaturates(ScaleRule rule) {
   return rule != ScaleRule::kRceil && rule != ScaleRule::kCeil;
 }
@@ -78,14 +79,17 @@ HWY_INLINE bool RuleSaturates(ScaleRule rule) {
   } while (0)
 
 void Rowwise(const QuantSource& src, int64_t row0, int64_t row1, RowwiseOut out) {
+  DCheckRowwise(src, row0, row1, out);
   MXTRAIN_DISPATCH_TYPES(RowwiseT, src, src, row0, row1, out);
 }
-void Colwise(const QuantSource& src, const ColStrip& strip, ColwiseOut out, void* workspace) {
-  MXTRAIN_DISPATCH_TYPES(ColwiseT, src, src, strip, out, workspace);
+void Colwise(const QuantSource& src, const ColStrip& strip, ColwiseOut out, Workspace workspace) {
+  DCheckColwise(src, strip, out, workspace);
+  MXTRAIN_DISPATCH_TYPES(ColwiseT, src, src, strip, out, workspace.data);
 }
 void Dual(const QuantSource& src, const ColStrip& strip, RowwiseOut row_out, ColwiseOut col_out,
-          void* workspace) {
-  MXTRAIN_DISPATCH_TYPES(DualT, src, src, strip, row_out, col_out, workspace);
+          Workspace workspace) {
+  DCheckDual(src, strip, row_out, col_out, workspace);
+  MXTRAIN_DISPATCH_TYPES(DualT, src, src, strip, row_out, col_out, workspace.data);
 }
 #undef MXTRAIN_DISPATCH_TYPES
 #undef MXTRAIN_DISPATCH_SAT
@@ -101,6 +105,7 @@ void EncodeT(const float* in, uint8_t* out, size_t count) {
 }
 
 void Encode(ElementFormat format, const float* in, uint8_t* out, size_t count) {
+  MXTRAIN_DCHECK(count == 0 || (in != nullptr && out != nullptr));
   if (format == ElementFormat::kE4M3) {
     EncodeT<ElementFormat::kE4M3>(in, out, count);
   } else {
