@@ -113,7 +113,7 @@ TEST_F(BenchJsonTest, QuantizeLinesHaveEveryKeyAndSaneFigures) {
     EXPECT_EQ(j["target"], CurrentSimdTarget());
     EXPECT_TRUE(j["code_stores"] == "cached" || j["code_stores"] == "streaming");
   }
-  EXPECT_EQ(cases, (std::set<std::string>{"rowwise", "colwise", "dual", "grouped"}));
+  EXPECT_EQ(cases, (std::set<std::string>{"rowwise", "columnwise", "dual", "grouped"}));
 }
 
 TEST_F(BenchJsonTest, GemmSmokeLinesHaveEveryKeyAndSaneFigures) {
@@ -296,11 +296,15 @@ TEST_F(BenchJsonTest, OpsSmokeLinesHaveEveryKeyAndSaneFigures) {
     // The fixed policies' figures beside every MXFP8 line (same reuse).
     for (const char* key : {"quantized_step_ms", "deferred_step_ms"}) {
       EXPECT_EQ(j[key].is_null(), !mxfp8) << key;
-      if (mxfp8) ExpectPositive(j, key);
+      if (mxfp8) {
+        ExpectPositive(j, key);
+      }
     }
     for (const char* key : {"quantized_saved_bytes", "deferred_saved_bytes"}) {
       EXPECT_EQ(j[key].is_null(), !mxfp8) << key;
-      if (mxfp8) EXPECT_TRUE(j[key].is_number_integer()) << key;
+      if (mxfp8) {
+        EXPECT_TRUE(j[key].is_number_integer()) << key;
+      }
     }
     ExpectPositive(j, "bf16_step_ms");
     ExpectRatio(j, "ratio_to_bf16", "step_ms", "bf16_step_ms");
