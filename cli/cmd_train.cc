@@ -57,7 +57,7 @@ constexpr char kUsage[] =
   --model NAME       tiny (default: the sizes below) or small (d_model 512, 8 heads,
                      d_ff 1024, context 256; 2 micro-batches of 16): the size flags
                      below override a preset's
-  --steps N          optimizer steps per run (default 200)
+  --steps N          optimizer steps per run (default 150)
   --data FILE        train on FILE's bytes (last tenth for validation) instead of the
                      built-in corpus
   --out DIR          the run directory (default: a new folder under runs/); holds
@@ -232,7 +232,7 @@ int Train(const ParsedArgs& args) {
   m.context = size("context", m.context, 4096);
   m.Validate();
   const bool small = preset == "small";
-  base.steps = ParseInt(args.Get("steps", "200"), "--steps", 1, 10000000);
+  base.steps = ParseInt(args.Get("steps", "150"), "--steps", 1, 10000000);
   base.batch_size = size("batch", 16, 65536);
   base.micro_batches = size("micro-batches", small ? 2 : 4, 1024);
   base.seed = static_cast<uint64_t>(

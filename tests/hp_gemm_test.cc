@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "gemm_test_util.h"
+#include "per_target_test.h"
 #include "mxtrain/elementwise.h"
 #include "mxtrain/error.h"
 #include "mxtrain/quantize.h"
@@ -67,9 +68,23 @@ Tensor Stored(const std::vector<float>& v, int64_t free, int64_t s, Contract c, 
   return dtype == DType::kF32 ? MakeF32(shape, v) : MakeBf16(shape, v);
 }
 
-TEST(HpGemm, EveryPathLayoutAndComputeWithinBound) {
-  for (const std::string& path : AvailableHpGemmPaths()) {
-    const ScopedHpGemmPath scope(path);
+// A test that runs with the high-precision GEMM path GetParam() forced (testing.h), one
+// instance per path of this build ('*/onednn_bf16', '*/portable'), and the best path again
+// afterwards.
+class HpGemmPerPath : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    ForceHpGemmPath(GetParam());
+    ASSERT_EQ(CurrentHpGemmPath(), GetParam());
+  }
+  void TearDown() override { ForceHpGemmPath(""); }
+};
+INSTANTIATE_TEST_SUITE_P(Available, HpGemmPerPath, ::testing::ValuesIn(AvailableHpGemmPaths()),
+                         testing_util::InstanceName);
+
+TEST_P(HpGemmPerPath, EveryLayoutAndComputeWithinBound) {
+  const std::string& path = GetParam();
+  {
     uint64_t seed = 1;
     for (DType compute : {DType::kF32, DType::kBF16}) {
       for (DType in_dtype : {DType::kF32, DType::kBF16}) {
@@ -92,14 +107,14 @@ TEST(HpGemm, EveryPathLayoutAndComputeWithinBound) {
   }
 }
 
-TEST(HpGemm, BiasAccumulateBf16OutputAndGivenOutput) {
+TEST_P(HpGemmPerPath, BiasAccumulateBf16OutputAndGivenOutput) {
+  const std::string& path = GetParam();
   const int64_t m = 40, n = 24, s = 50;
   const Tensor a = MakeF32({m, s}, RandomValues(m * s, 3, -2, 2));
   const Tensor b = MakeF32({s, n}, RandomValues(n * s, 4, -2, 2));
   Tensor bias = MakeF32({n}, RandomValues(n, 5, -1, 1));
   const std::vector<float> start = RandomValues(m * n, 6, -1, 1);
-  for (const std::string& path : AvailableHpGemmPaths()) {
-    const ScopedHpGemmPath scope(path);
+  {
     GemmOptions ob;
     ob.bias = &bias;
     ob.out_dtype = DType::kBF16;
@@ -191,15 +206,14 @@ TEST(HpGemm, EmptyShapesAndErrors) {
   EXPECT_THROW(CastTo(m, DType::kBF16, MemoryCategory::kWorkspace, -3), Error);
 }
 
-TEST(HpGemm, GroupedFormsEqualPerGroupCalls) {
+TEST_P(HpGemmPerPath, GroupedFormsEqualPerGroupCalls) {
   const int64_t m = 90, k = 40, n = 24, experts = 4;
   const GroupList groups =
       GroupList::Make(std::vector<int64_t>{30, 0, 41, 19}, GroupListType::kCounts, m);
   const Tensor x = MakeBf16({m, k}, RandomValues(m * k, 7, -2, 2));
   const Tensor w = MakeF32({experts, n, k}, RandomValues(experts * n * k, 8, -2, 2));
   const Tensor dy = MakeBf16({m, n}, RandomValues(m * n, 9, -2, 2));
-  for (const std::string& path : AvailableHpGemmPaths()) {
-    const ScopedHpGemmPath scope(path);
+  {
     const Tensor y = HpGroupedGemm(x, w, Contract::kLast, groups, DType::kBF16);
     const Tensor dx = HpGroupedGemm(dy, w, Contract::kFirst, groups, DType::kBF16);
     const Tensor dw = HpGroupedWgrad(dy, x, groups, DType::kBF16);
