@@ -12,11 +12,11 @@
 #include <vector>
 
 #include "gemm_test_util.h"
-#include "per_target_test.h"
 #include "mxtrain/elementwise.h"
 #include "mxtrain/error.h"
 #include "mxtrain/quantize.h"
 #include "mxtrain/testing.h"
+#include "per_target_test.h"
 #include "test_util.h"
 
 namespace mxtrain {

@@ -88,7 +88,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--shapes", default=DEFAULT_SHAPES,
                     help="comma-separated MxKxN: tokens x in_features x out_features")
     ap.add_argument("--reps", type=int, default=5)
-    ap.add_argument("--policy", choices=["quantized", "deferred"], default="quantized",
+    ap.add_argument("--policy", choices=["quantized", "deferred", "auto"], default="quantized",
                     help="input and weight save policy of MxLinear")
     ap.add_argument("--reuse", action="store_true", help="reuse_quantized_weight=True")
     args = ap.parse_args(argv)
