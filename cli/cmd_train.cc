@@ -109,8 +109,7 @@ std::vector<RunSpec> RunSpecs(const ParsedArgs& args) {
       if (!r.hp_gemms().empty()) {
         std::string hp = Name(r.hp_gemms());
         std::replace(hp.begin(), hp.end(), ',', '-');
-        name = StrCat("mxfp8-hp-", hp, "-",
-                      Name(r.compute_dtype() == DType::kF32 ? Precision::kFp32 : Precision::kBf16));
+        name = StrCat("mxfp8-hp-", hp, "-", Name(r.hp_precision()));
       }
     }
     specs.push_back({name, r});

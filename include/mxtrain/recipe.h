@@ -46,6 +46,8 @@ enum class RecipeFormats : uint8_t { kE4M3, kHybrid };
 enum class SavePolicy : uint8_t { kQuantized, kDeferred, kAuto };
 // The three GEMMs of a linear layer's training step.
 enum class TrainingGemm : uint8_t { kFprop, kDgrad, kWgrad };
+inline constexpr TrainingGemm kTrainingGemms[] = {TrainingGemm::kFprop, TrainingGemm::kDgrad,
+                                                  TrainingGemm::kWgrad};
 
 // A set of TrainingGemms.
 class GemmSet {
@@ -112,6 +114,8 @@ class Recipe {
   }
   // With MXFP8: the GEMMs that run in high precision (compute_dtype()); empty otherwise.
   GemmSet hp_gemms() const { return hp_gemms_; }
+  // Their compute precision: kBf16 or kFp32.
+  Precision hp_precision() const { return hp_precision_; }
   // Whether GEMM g runs MXFP8.
   bool mx(TrainingGemm g) const { return mxfp8() && !hp_gemms_.contains(g); }
   RecipeFormats formats() const { return formats_; }

@@ -107,27 +107,22 @@ class _Options:
         self.scale = _check.scale_rule(scale)
         defer = _check.flag("defer_backward_quant", defer_backward_quant)
         policies = []
-        for name, v in (("input_policy", input_policy), ("weight_policy", weight_policy)):
+        # A role an HP GEMM reads is saved in high precision and takes no policy (the
+        # library refuses one), so its default is left unset.
+        for name, v, reader in (("input_policy", input_policy, "wgrad"),
+                                ("weight_policy", weight_policy, "dgrad")):
             v = _check.policy(name, v)
             if defer and v == "quantized":
                 raise ValueError(f"defer_backward_quant=True defers both policies, but {name} "
                                  f"is 'quantized'; give one or the other")
-            policies.append("deferred" if defer else (v or "quantized"))
+            default = None if reader in self.hp_gemms else "quantized"
+            policies.append("deferred" if defer else (v or default))
         self.input_policy, self.weight_policy = policies
         self.reuse_quantized_weight = _check.flag("reuse_quantized_weight",
                                                   reuse_quantized_weight)
-        # A role an HP GEMM reads is saved in high precision and takes no policy (the
-        # library refuses one); the default policy is then left unset.
-        if "wgrad" in self.hp_gemms and input_policy is None and not defer:
-            self.input_policy = None
-        if "dgrad" in self.hp_gemms and weight_policy is None and not defer:
-            self.weight_policy = None
-        # The library checks the combination (contradictions are ValueErrors) now, not at
-        # the first forward.
-        try:
-            _recipe(self)
-        except RuntimeError as e:
-            raise ValueError(str(e)) from None
+        # The library checks the combination now, not at the first forward: a contradiction
+        # is its Error, a ValueError in Python. The layer keeps the recipe it made.
+        self.cxx_recipe = _recipe(self)
 
 
 _OPTION_NAMES = ("recipe", "scale", "input_policy", "weight_policy", "defer_backward_quant",
@@ -274,7 +269,7 @@ class _MxModule(nn.Module):
         self.reuse_quantized_weight = options.reuse_quantized_weight
         self.hp_gemms = options.hp_gemms
         self.hp_precision = options.hp_precision
-        self._recipe: _C.Recipe | None = self._make_recipe()
+        self._recipe: _C.Recipe | None = options.cxx_recipe
         self._bound: _Bound | None = None
 
     def _make_recipe(self) -> _C.Recipe:

@@ -23,8 +23,8 @@ std::unordered_map<const Storage*, Consumers>& Registry() {
 
 }  // namespace
 
-int NoteAutoConsumer(const std::shared_ptr<Storage>& input,
-                     const std::shared_ptr<AutoRecord>& record) {
+void NoteAutoConsumer(const std::shared_ptr<Storage>& input,
+                      const std::shared_ptr<AutoRecord>& record) {
   std::lock_guard<std::mutex> lock(g_mutex);
   auto& registry = Registry();
   if (registry.size() >= 256) {
@@ -52,7 +52,6 @@ int NoteAutoConsumer(const std::shared_ptr<Storage>& input,
     while (seen < n && !r->consumers.compare_exchange_weak(seen, n, std::memory_order_relaxed)) {
     }
   }
-  return n;
 }
 
 }  // namespace mxtrain::internal

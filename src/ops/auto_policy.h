@@ -23,10 +23,10 @@ struct AutoRecord {
 };
 
 // Called by the forward of a layer whose input policy is auto, with its input's buffer:
-// counts the auto layers that took this buffer while it lived, this one included, raises
-// every one's record to that count (so the earlier ones learn of the later ones for their
-// next forward), and returns it.
-int NoteAutoConsumer(const std::shared_ptr<Storage>& input,
-                     const std::shared_ptr<AutoRecord>& record);
+// counts the auto layers that took this buffer while it lived, this one included, and
+// raises every one's record to that count (so the earlier ones learn of the later ones
+// for their next forward, and this one's record holds at least the count now).
+void NoteAutoConsumer(const std::shared_ptr<Storage>& input,
+                      const std::shared_ptr<AutoRecord>& record);
 
 }  // namespace mxtrain::internal

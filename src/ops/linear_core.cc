@@ -3,7 +3,6 @@
 // layouts exist when, so that every layout is quantized from a high-precision tensor.
 #include "ops/linear_core.h"
 
-#include <algorithm>
 #include <cstring>
 
 #include "mxtrain/elementwise.h"
@@ -104,9 +103,8 @@ SavePolicy ResolveInputPolicy(const LayerView& l, const Tensor& x2, OpState& st)
   const SavePolicy p = l.recipe->input_policy();
   if (p != SavePolicy::kAuto) return p;
   const std::shared_ptr<AutoRecord>& record = *l.auto_record;
-  const int now = NoteAutoConsumer(x2.storage(), record);
-  const int consumers = std::max(now, record->consumers.load(std::memory_order_relaxed));
-  st.auto_input = true;
+  NoteAutoConsumer(x2.storage(), record);
+  const int consumers = record->consumers.load(std::memory_order_relaxed);
   st.x_watch = x2.storage();
   // Alive anyway (a pending backward holds it, or the caller kept it before): free.
   if (x2.storage()->backward_holds() > 0 || record->input_alive.load(std::memory_order_relaxed)) {
@@ -130,7 +128,8 @@ SavePolicy ResolveWeightPolicy(const LayerView& l) {
 // anything besides this context references its buffer (the context's tensor and its hold
 // are two references); a quantized one, when its buffer outlived the forward.
 void RecordAutoInput(const LayerView& l, const OpState& st) {
-  if (!st.auto_input) return;
+  // Resolved from auto: an MX wgrad read the input under a policy the forward chose.
+  if (l.recipe->input_policy() != SavePolicy::kAuto || !st.input_policy) return;
   bool alive;
   if (st.input_policy == SavePolicy::kDeferred) {
     alive = st.x_hp.defined() && st.x_hp.storage().use_count() > 2;

@@ -38,7 +38,6 @@ struct OpState {
   std::optional<SavePolicy> weight_policy;
   // An auto input policy: the input's buffer, watched without keeping it, so that the
   // backward can see whether something else kept it alive (auto_policy.h).
-  bool auto_input = false;
   std::weak_ptr<Storage> x_watch;
 #ifndef NDEBUG
   // Debug builds: checksums of x_hp and w_hp at the forward (linear.h, "rules of a

@@ -43,7 +43,7 @@ std::string_view Name(TrainingGemm g) {
 
 std::string Name(GemmSet s) {
   std::string out;
-  for (TrainingGemm g : {TrainingGemm::kFprop, TrainingGemm::kDgrad, TrainingGemm::kWgrad}) {
+  for (TrainingGemm g : kTrainingGemms) {
     if (!s.contains(g)) continue;
     if (!out.empty()) out += ",";
     out += Name(g);
@@ -81,7 +81,7 @@ GemmSet ParseGemmSet(std::string_view names) {
     const std::string_view name =
         names.substr(begin, comma == std::string_view::npos ? comma : comma - begin);
     bool found = false;
-    for (TrainingGemm g : {TrainingGemm::kFprop, TrainingGemm::kDgrad, TrainingGemm::kWgrad}) {
+    for (TrainingGemm g : kTrainingGemms) {
       if (name != Name(g)) continue;
       MXTRAIN_CHECK(!set.contains(g), "GEMM '", name, "' named twice in '", names, "'");
       set = set.With(g);
