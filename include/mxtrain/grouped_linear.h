@@ -17,6 +17,7 @@
 #include <string>
 
 #include "mxtrain/linear.h"
+#include "mxtrain/mx_tensor.h"
 
 namespace mxtrain {
 
@@ -36,6 +37,20 @@ class GroupedLinear : public LinearParams {
   Forwarded Forward(const Tensor& x, const GroupList& groups,
                     bool input_requires_grad = true) const;
   Grads Backward(const Tensor& dy, OpContext ctx) const;
+
+  // Tokens that arrive already quantized: expert-parallel dispatch sends rowwise MXFP8
+  // codes and scales (docs/decisions.md "Expert parallelism"), and the fprop reads them as
+  // they are, with no dequantize-requantize. x: 2-D rowwise [M, K] in the recipe's input
+  // format and scale rule (an MXFP8 recipe). What the wgrad reads is quantized columnwise
+  // from x's dequantization (exact in bf16): now under the quantized input policy (auto
+  // resolves to it), in the backward from the kept codes under deferred. dx comes back
+  // bf16. Outputs equal Forward(Dequantize(x, kBF16), ...) bit for bit.
+  Forwarded Forward(const MxTensor& x, const GroupList& groups, const CallOptions& call = {}) const;
+  // The backward for an output gradient that arrives quantized likewise (combine backward
+  // in MXFP8): dy rowwise [M, N] in the recipe's gradient format; the dgrad reads it as it
+  // is, the wgrad a token-grouped copy of its dequantization. Equal to
+  // Backward(Dequantize(dy, kBF16), ...) bit for bit.
+  Grads Backward(const MxTensor& dy, OpContext ctx) const;
 
   int64_t num_experts() const { return weight().shape()[0]; }
   int64_t in_features() const { return weight().shape()[2]; }

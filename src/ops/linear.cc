@@ -4,6 +4,7 @@
 
 #include "mxtrain/error.h"
 #include "mxtrain/grouped_linear.h"
+#include "mxtrain/quantize.h"
 #include "ops/auto_policy.h"
 #include "ops/linear_core.h"
 
@@ -126,6 +127,21 @@ Forwarded GroupedLinear::Forward(const Tensor& x, const GroupList& groups,
 
 Grads GroupedLinear::Backward(const Tensor& dy, OpContext ctx) const {
   return internal::LinearBackward(View(*this, "grouped linear"), dy, std::move(ctx));
+}
+
+Forwarded GroupedLinear::Forward(const MxTensor& x, const GroupList& groups,
+                                 const CallOptions& call) const {
+  const internal::LayerView view = View(*this, "grouped linear", call);
+  internal::CheckArrivingMx(view, x, recipe().input_format(), "input");
+  const Tensor x_hp = Dequantize(x, DType::kBF16, view.options.threads);
+  return internal::LinearForward(view, x_hp, &groups, call, &x);
+}
+
+Grads GroupedLinear::Backward(const MxTensor& dy, OpContext ctx) const {
+  const internal::LayerView view = View(*this, "grouped linear");
+  internal::CheckArrivingMx(view, dy, recipe().grad_format(), "output gradient");
+  const Tensor dy_hp = Dequantize(dy, DType::kBF16, view.options.threads);
+  return internal::LinearBackward(view, dy_hp, std::move(ctx), &dy);
 }
 
 }  // namespace mxtrain

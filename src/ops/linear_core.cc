@@ -142,7 +142,8 @@ void RecordAutoInput(const LayerView& l, const OpState& st) {
 // Forward with MXFP8: x2 [M, K] rowwise for fprop (unless fprop runs in high precision);
 // the columnwise layouts per policy, or the high-precision operands an HP dgrad / wgrad
 // reads.
-Tensor ForwardMx(const LayerView& l, const Tensor& x2, const GroupList* groups, OpState& st) {
+Tensor ForwardMx(const LayerView& l, const Tensor& x2, const MxTensor* x_mx,
+                 const GroupList* groups, OpState& st) {
   const Recipe& r = *l.recipe;
   Parameter& w = *l.weight;
   const QuantizeOptions qx = QuantOptions(r.input_format(), l);
@@ -164,11 +165,23 @@ Tensor ForwardMx(const LayerView& l, const Tensor& x2, const GroupList* groups, 
   if (st.need_dw && !r.mx(TrainingGemm::kWgrad)) {
     st.x_hp = xc;
     if (xc.storage() != x2.storage()) MarkSaved(xc);
+  } else if (st.need_dw && x_mx != nullptr) {
+    // Arrived quantized: a columnwise copy and a reference to the codes cost the same
+    // 1 + 1/32 bytes per element, and nothing else keeps the codes: auto quantizes.
+    const SavePolicy p = r.input_policy();
+    st.input_policy = p == SavePolicy::kAuto ? SavePolicy::kQuantized : p;
   } else if (st.need_dw) {
     st.input_policy = ResolveInputPolicy(l, x2, st);
   }
   const bool x_col_now = st.input_policy == SavePolicy::kQuantized;
-  if (mx_fprop && x_col_now) {
+  if (x_mx != nullptr) {
+    // The codes as they arrived serve the fprop; the columnwise copy comes from their
+    // dequantization (quantized now, or in the backward from the kept codes).
+    if (mx_fprop) x_row = *x_mx;
+    if (x_col_now)
+      st.x_col = groups ? QuantizeGrouped(x2, *groups, qx) : QuantizeColumnwise(x2, qx);
+    if (st.input_policy == SavePolicy::kDeferred) st.x_row = *x_mx;
+  } else if (mx_fprop && x_col_now) {
     DualMx d = groups ? QuantizeDualGrouped(x2, *groups, qx) : QuantizeDual(x2, qx);
     x_row = std::move(d.rowwise);
     st.x_col = std::move(d.columnwise);
@@ -178,7 +191,7 @@ Tensor ForwardMx(const LayerView& l, const Tensor& x2, const GroupList* groups, 
     x_row = QuantizeRowwise(x2, qx);
   }
   if (x_col_now) MarkSaved(st.x_col);
-  if (st.input_policy == SavePolicy::kDeferred) st.x_hp = x2;  // a reference, no copy
+  if (st.input_policy == SavePolicy::kDeferred && x_mx == nullptr) st.x_hp = x2;  // a reference
 
   // The weight likewise, for the dgrad. An HP dgrad references the parameter and rounds it
   // in the backward: the parameter is alive anyway.
@@ -264,8 +277,8 @@ void CheckWeightUnchanged(const LayerView& l, const OpState& st) {
                 "); the backward would not use the weights the forward used");
 }
 
-void BackwardMx(const LayerView& l, const Tensor& dy2, const GroupList* groups, OpState& st,
-                Grads& g) {
+void BackwardMx(const LayerView& l, const Tensor& dy2, const MxTensor* dy_mx,
+                const GroupList* groups, OpState& st, Grads& g) {
   const Recipe& r = *l.recipe;
   Parameter& w = *l.weight;
   const DType c = r.compute_dtype();
@@ -275,7 +288,10 @@ void BackwardMx(const LayerView& l, const Tensor& dy2, const GroupList* groups, 
   // dY in the layouts the MX GEMMs read, and rounded to the compute type for the HP ones.
   const bool need_row = st.need_dx && mx_dgrad, need_col = st.need_dw && mx_wgrad;
   MxTensor dy_row, dy_col;
-  if (need_row && need_col) {
+  if (dy_mx != nullptr) {  // arrived quantized: the codes serve the dgrad as they are
+    if (need_row) dy_row = *dy_mx;
+    if (need_col) dy_col = groups ? QuantizeGrouped(dy2, *groups, qg) : QuantizeColumnwise(dy2, qg);
+  } else if (need_row && need_col) {
     DualMx d = groups ? QuantizeDualGrouped(dy2, *groups, qg) : QuantizeDual(dy2, qg);
     dy_row = std::move(d.rowwise);
     dy_col = std::move(d.columnwise);
@@ -323,7 +339,10 @@ void BackwardMx(const LayerView& l, const Tensor& dy2, const GroupList* groups, 
       MxTensor x_col = std::move(st.x_col);
       if (!x_col.defined()) {  // deferred input
         const QuantizeOptions qx = QuantOptions(r.input_format(), l);
-        x_col = groups ? QuantizeGrouped(st.x_hp, *groups, qx) : QuantizeColumnwise(st.x_hp, qx);
+        const Tensor x_hp =
+            st.x_row.defined() ? Dequantize(st.x_row, DType::kBF16, threads) : st.x_hp;
+        x_col = groups ? QuantizeGrouped(x_hp, *groups, qx) : QuantizeColumnwise(x_hp, qx);
+        st.saved.Drop(st.x_row);
       }
       g.dw =
           InParamDtype(l, w, groups ? MxGroupedWgrad(dy_col, x_col, o) : MxGemm(dy_col, x_col, o));
@@ -358,8 +377,20 @@ void BackwardHp(const LayerView& l, const Tensor& dy2, const GroupList* groups, 
 
 }  // namespace
 
+void CheckArrivingMx(const LayerView& l, const MxTensor& t, ElementFormat want, const char* what) {
+  MXTRAIN_CHECK(l.recipe->mxfp8(), l.op, " (weight '", l.weight->name(), "'): a quantized ", what,
+                " needs an MXFP8 recipe, this one is ", Name(l.recipe->precision()));
+  MXTRAIN_CHECK(t.defined() && t.axis() == BlockAxis::kRowwise && t.shape().rank() == 2, l.op,
+                " (weight '", l.weight->name(), "'): a quantized ", what,
+                " must be a 2-D rowwise MxTensor");
+  MXTRAIN_CHECK(t.format() == want && t.rule() == l.recipe->scale(), l.op, " (weight '",
+                l.weight->name(), "'): the ", what, " arrived as ", Name(t.format()), " / ",
+                Name(t.rule()), " but the recipe gives it ", Name(want), " / ",
+                Name(l.recipe->scale()));
+}
+
 Forwarded LinearForward(const LayerView& l, const Tensor& x, const GroupList* groups,
-                        const CallOptions& call) {
+                        const CallOptions& call, const MxTensor* x_mx) {
   CheckForwardInput(l, x, groups);
   const Tensor x2 = Flatten(x);
   auto st = std::make_unique<OpState>();
@@ -373,13 +404,14 @@ Forwarded LinearForward(const LayerView& l, const Tensor& x, const GroupList* gr
   st->x_dtype = x.dtype();
   if (groups != nullptr) st->groups = *groups;
 
-  Tensor y2 = l.recipe->mxfp8() ? ForwardMx(l, x2, groups, *st) : ForwardHp(l, x2, groups, *st);
+  Tensor y2 =
+      l.recipe->mxfp8() ? ForwardMx(l, x2, x_mx, groups, *st) : ForwardHp(l, x2, groups, *st);
   Shape y_shape = x.shape();
   y_shape[-1] = y2.shape()[1];
 
   Forwarded out{y2.Reshape(y_shape), OpContext()};
   if (st->need_dx || st->need_dw || st->need_db) {
-    for (const MxTensor* t : {&st->x_col, &st->w_col}) {
+    for (const MxTensor* t : {&st->x_col, &st->w_col, &st->x_row}) {
       if (t->defined()) st->saved.Hold(*t);
     }
     st->saved.Hold(st->x_hp);
@@ -393,7 +425,8 @@ Forwarded LinearForward(const LayerView& l, const Tensor& x, const GroupList* gr
   return out;
 }
 
-Grads LinearBackward(const LayerView& layer, const Tensor& dy, OpContext ctx) {
+Grads LinearBackward(const LayerView& layer, const Tensor& dy, OpContext ctx,
+                     const MxTensor* dy_mx) {
   MXTRAIN_CHECK(!ctx.spent(), layer.op, " (weight '", layer.weight->name(),
                 "'): this context was already used by a backward; a forward's context "
                 "serves one backward");
@@ -427,7 +460,7 @@ Grads LinearBackward(const LayerView& layer, const Tensor& dy, OpContext ctx) {
   Grads g;
   if (l.recipe->mxfp8()) {
     RecordAutoInput(l, *st);
-    BackwardMx(l, dy2, groups, *st, g);
+    BackwardMx(l, dy2, dy_mx, groups, *st, g);
   } else {
     BackwardHp(l, dy2, groups, *st, g);
   }

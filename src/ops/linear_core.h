@@ -27,6 +27,9 @@ struct OpState {
   // MXFP8, "quantized" policies: the columnwise copies (or cached weight) for the backward.
   MxTensor x_col;
   MxTensor w_col;
+  // An input that arrived rowwise-quantized (GroupedLinear's MxTensor forward) under the
+  // deferred policy: the codes themselves, dequantized for the wgrad in the backward.
+  MxTensor x_row;
   // MXFP8 "deferred" policies: the high-precision tensors, quantized in the backward.
   // MXFP8 off: the operands as rounded for the forward's GEMM.
   Tensor x_hp;
@@ -70,8 +73,16 @@ struct LayerView {
   const std::shared_ptr<AutoRecord>* auto_record;
 };
 
+// x_mx / dy_mx: an input or output gradient that arrived rowwise-quantized (expert-parallel
+// dispatch); then x / dy are their dequantization (exact in bf16), and the MX GEMMs read
+// the codes as given instead of quantizing x / dy rowwise.
 Forwarded LinearForward(const LayerView& layer, const Tensor& x, const GroupList* groups,
-                        const CallOptions& call);
-Grads LinearBackward(const LayerView& layer, const Tensor& dy, OpContext ctx);
+                        const CallOptions& call, const MxTensor* x_mx = nullptr);
+Grads LinearBackward(const LayerView& layer, const Tensor& dy, OpContext ctx,
+                     const MxTensor* dy_mx = nullptr);
+// The checks of an arriving rowwise operand: MXFP8 recipe, 2-D rowwise, the format and
+// scale rule the recipe gives its role. Throws Error naming the layer.
+void CheckArrivingMx(const LayerView& layer, const MxTensor& t, ElementFormat want,
+                     const char* what);
 
 }  // namespace mxtrain::internal
