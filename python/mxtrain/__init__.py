@@ -12,7 +12,8 @@ library's message where the library finds it).
     y = mxtrain.dequantize(q.data, q.scale)             # float32
     c = mxtrain.gemm(a, b)                              # a [M, K] . b [N, K]^T, float32
 
-PyTorch modules (MxLinear, MxGroupedLinear) are in mxtrain.torch.
+PyTorch modules (MxLinear, MxGroupedLinear) are in mxtrain.torch; expert parallelism over
+torch.distributed (MXFP8 token dispatch and combine) in mxtrain.distributed, re-exported there.
 """
 
 from __future__ import annotations

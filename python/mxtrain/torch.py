@@ -44,6 +44,11 @@ helpers do) bypass torch's version counter, so mxtrain cannot see them. After su
 call mxtrain.torch.invalidate(module_or_parameter) before the next forward (or write
 through the parameter under torch.no_grad() instead).
 
+Expert parallelism over torch.distributed (MXFP8 token dispatch and combine, an expert
+linear sharded over ranks) is in mxtrain.distributed, re-exported here: dispatch_mxfp8,
+combine_mxfp8_bwd, ExpertParallelGroupedLinear, exchange_splits, pack_mxfp8_rows,
+unpack_mxfp8_rows, packed_row_bytes.
+
 Forward and backward are once differentiable: a double backward (create_graph=True, then
 differentiating the gradients, as gradient penalties do) raises autograd's error instead of
 returning a wrong second derivative. Several threads may share one module: what a call
@@ -64,8 +69,22 @@ from torch.autograd.function import once_differentiable
 from . import _C, GroupListLike
 from . import _validate as _check
 
+# Re-exported (mxtrain.distributed imports this module only when a layer is built).
+from .distributed import (
+    ExpertParallelGroupedLinear,
+    combine_mxfp8_bwd,
+    dispatch_mxfp8,
+    exchange_splits,
+    pack_mxfp8_rows,
+    packed_row_bytes,
+    unpack_mxfp8_rows,
+)
+
 __all__ = ["MxLinear", "MxGroupedLinear", "StepHookHandle", "attach", "convert",
-           "invalidate", "weight_cache_stats"]
+           "invalidate", "weight_cache_stats",
+           # expert parallelism over torch.distributed (mxtrain.distributed)
+           "dispatch_mxfp8", "combine_mxfp8_bwd", "ExpertParallelGroupedLinear",
+           "exchange_splits", "pack_mxfp8_rows", "unpack_mxfp8_rows", "packed_row_bytes"]
 
 _DTYPES = {torch.float32: "f32", torch.bfloat16: "bf16"}
 
