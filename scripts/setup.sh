@@ -14,6 +14,10 @@ packages=(
   libdnnl-dev      # oneDNN 2.6: the bf16 matmul baseline of `mxtrain bench gemm` (optional to the build)
   nlohmann-json3-dev # nlohmann/json 3.11: safetensors headers and summary.json (header-only)
   libcli11-dev     # CLI11 2.1: the flags of the mxtrain command (header-only)
+  # Open MPI 4.1: mpirun and the MPI library behind the communicator (comm.h), for
+  # `mpirun -np 2 mxtrain train --expert-parallel 2` (optional to the build: MXTRAIN_WITH_MPI).
+  openmpi-bin
+  libopenmpi-dev
   # The Python package (README "Python"): built by pip into a venv that sees these.
   python3-dev
   python3-venv
