@@ -13,11 +13,13 @@
 #include "commands.h"
 #include "mxtrain/bench/bench.h"
 #include "mxtrain/bench/ops_bench.h"
+#include "mxtrain/comm.h"
 #include "mxtrain/error.h"
 #include "mxtrain/gemm.h"
 #include "mxtrain/hp_gemm.h"
 #include "mxtrain/simd.h"
 #include "mxtrain/testing.h"
+#include "mxtrain/train/ep_bench.h"
 
 namespace mxtrain::cli {
 
@@ -29,11 +31,15 @@ constexpr const char* kUsage =
     "[--case rowwise|columnwise|dual|grouped] [--shape MxK] [--simd TARGET]\n"
     "       mxtrain bench gemm [--reps N] [--threads T] [--case NAME] [--path PATH]\n"
     "       mxtrain bench ops [--reps N] [--threads T] [--case NAME] [--tokens T] [--hidden H]\n"
+    "       mpirun -np W mxtrain bench ep [--steps N] [--model tiny|small] [--threads T]\n"
     "       mxtrain bench --list\n"
     "gemm --case NAME runs the case NAME, or every case whose name starts with NAME_ "
     "(--case layer_fc1: its fprop, dgrad and wgrad); default --reps: 9 quantize, 3 gemm, "
     "3 ops (optimizer steps per policy combination; --tokens and --hidden size the "
-    "transformer and moe cases, default 4096 and 1024)";
+    "transformer and moe cases, default 4096 and 1024); ep: the default mxtrain train model "
+    "and MXFP8 recipe over the job's W ranks with the experts replicated (ep1) and sharded "
+    "over W ranks with the bf16 and the MXFP8 wire: step time and bytes between ranks per "
+    "step (default --steps 20, --threads 1)";
 
 void PrintList() {
   // Built whole first: a bad cap in the environment (simd.h, gemm.h) fails before any line.
@@ -161,6 +167,39 @@ int RunOpsBench(const ParsedArgs& args) {
   return 0;
 }
 
+// Several processes: rank 0 prints; a rank that fails ends the job (as mxtrain train).
+int RunEpBenchCommand(const ParsedArgs& args) {
+  for (const char* flag : {"dtype", "shape", "simd", "code-stores", "path", "case", "reps"}) {
+    MXTRAIN_CHECK(!args.Has(flag), "--", flag, " is not a flag of mxtrain bench ep");
+  }
+  MXTRAIN_CHECK(LaunchedWorldSize() > 1,
+                "bench ep needs several processes: mpirun -np 2 mxtrain bench ep");
+  const std::unique_ptr<Communicator> world = WorldCommunicator();
+  try {
+    TrainConfig c;
+    c.model = ModelConfig::Preset(args.Get("model", "tiny"));
+    c.recipe = Recipe::Make(RecipeOptions{});
+    c.steps = ParseInt(args.Get("steps", "20"), "--steps", 1, 100000);
+    c.micro_batches = c.model.d_model >= 512 ? 2 : 4;
+    c.eval_every = 0;
+    c.eval_batches = 1;
+    c.threads = static_cast<int>(ParseInt(args.Get("threads", "1"), "--threads", 1, 1024));
+    c.world = world.get();
+    const Corpus corpus = SplitCorpus(BuiltinCorpus(), c.model.context, "the built-in corpus");
+    const std::vector<EpBenchResult> results = RunEpBench(c, corpus);
+    if (world->rank() == 0) {
+      for (size_t i = 0; i < results.size(); ++i) std::cout << ToJson(results, i) << "\n";
+      std::cout << EpBenchTable(results) << std::flush;
+    }
+    return 0;
+  } catch (const std::exception& e) {
+    PrintError(StrCat("rank ", world->rank(), " of ", world->size(), ": ", e.what()));
+    std::fflush(stderr);
+    world->Abort(2);
+  }
+  return 2;  // not reached: Abort ends the process
+}
+
 }  // namespace
 
 int RunBench(const std::vector<std::string>& argv) {
@@ -175,6 +214,8 @@ int RunBench(const std::vector<std::string>& argv) {
                                              {"path"},
                                              {"tokens"},
                                              {"hidden"},
+                                             {"steps"},
+                                             {"model"},
                                              {"list", false}});
   if (args.help()) {
     std::cout << kUsage << "\n";
@@ -186,8 +227,12 @@ int RunBench(const std::vector<std::string>& argv) {
   }
   MXTRAIN_CHECK(args.positional().size() == 1 &&
                     (args.positional()[0] == "quantize" || args.positional()[0] == "gemm" ||
-                     args.positional()[0] == "ops"),
+                     args.positional()[0] == "ops" || args.positional()[0] == "ep"),
                 kUsage);
+  if (args.positional()[0] == "ep") return RunEpBenchCommand(args);
+  for (const char* flag : {"steps", "model"}) {
+    MXTRAIN_CHECK(!args.Has(flag), "--", flag, " is a flag of mxtrain bench ep");
+  }
   for (const char* flag : {"tokens", "hidden"}) {
     MXTRAIN_CHECK(args.positional()[0] == "ops" || !args.Has(flag), "--", flag,
                   " is a flag of mxtrain bench ops");

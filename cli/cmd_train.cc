@@ -18,6 +18,7 @@
 
 #include "args.h"
 #include "commands.h"
+#include "mxtrain/comm.h"
 #include "mxtrain/error.h"
 #include "mxtrain/gemm.h"
 #include "mxtrain/hp_gemm.h"
@@ -38,6 +39,7 @@ constexpr char kUsage[] =
          [--resume DIR] [--model tiny|small] [--d-model D] [--layers L] [--heads H]
          [--experts E] [--top-k K] [--d-ff F] [--context T] [--batch B]
          [--micro-batches M] [--lr LR] [--warmup N] [--eval-every N] [--stop-after N]
+         [--expert-parallel N] [--expert-wire mxfp8|hp]
   Trains a byte-level decoder-only transformer with mixture-of-experts blocks (every
   matmul through the MXFP8 Linear / GroupedLinear ops) and prints, per run, the final
   train and validation loss, the gap to bf16, tokens/s, step time, peak memory and
@@ -75,6 +77,16 @@ constexpr char kUsage[] =
                 --context 64
   batch: --batch 16 sequences per micro-batch, --micro-batches 4 (gradient accumulation)
   optimizer: --lr 3e-3 peak (cosine to a tenth), --warmup 20 steps; --eval-every 50
+  several processes (mpirun -np W mxtrain train ...; docs/training.md): each rank trains
+  on its own batches and the gradients are summed over the ranks (data parallelism)
+  --expert-parallel N  shard the experts over groups of N ranks (N divides W and the
+                     experts); tokens travel to their experts and back (default 1)
+  --expert-wire W    how: mxfp8 (default with N > 1: dispatch forward and combine
+                     backward as MXFP8 codes + scales, the rest bf16) or hp (all bf16);
+                     bf16 and fp32 runs always send their own precision. mxfp8 with
+                     N = 1 exchanges within a group of one: the reference N > 1 repeats
+                     bit for bit (with --micro-batches 1). Checkpoints are per rank:
+                     NAME/checkpoint.rank<r>-of-<W>.safetensors; rank 0 writes the rest
 Progress goes to stderr (a bar when it is a terminal). Exit codes: 0 done, 2 bad input
 (one line, nothing written), 3 the loss became NaN or Inf (message names the step).)";
 
@@ -211,9 +223,17 @@ class Progress {
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
 };
 
-int Train(const ParsedArgs& args) {
+// The job's processes: null in a process mpirun did not start (nothing is initialized).
+std::unique_ptr<Communicator> World() {
+  return LaunchedWorldSize() > 1 ? WorldCommunicator() : nullptr;
+}
+
+int Train(const ParsedArgs& args, Communicator* world) {
   args.ExpectPositional(0, "no positional arguments");
   const std::vector<RunSpec> specs = RunSpecs(args);
+  const int world_size = world != nullptr ? world->size() : 1;
+  const int rank = world != nullptr ? world->rank() : 0;
+  const bool lead = rank == 0;  // writes the reports and prints the progress
 
   TrainConfig base;
   ModelConfig& m = base.model;
@@ -244,6 +264,13 @@ int Train(const ParsedArgs& args) {
   base.lr.peak_lr = ParsePositiveDouble(args.Get("lr", "3e-3"), "--lr");
   base.lr.min_lr = base.lr.peak_lr / 10;
   base.lr.warmup_steps = ParseInt(args.Get("warmup", "20"), "--warmup", 0, 10000000);
+  base.world = world;
+  base.expert_parallel = ParseInt(args.Get("expert-parallel", "1"), "--expert-parallel", 1, 4096);
+  std::optional<ExpertWire> wire;
+  if (args.Has("expert-wire")) {
+    wire = ParseExpertWire(args.Get("expert-wire"));
+    MXTRAIN_CHECK(wire != ExpertWire::kLocal, "--expert-wire is mxfp8 or hp, not local");
+  }
 
   const Corpus corpus = args.Has("data")
                             ? LoadCorpusFile(args.Get("data"), m.context)
@@ -257,14 +284,24 @@ int Train(const ParsedArgs& args) {
     TrainConfig c = base;
     c.name = s.name;
     c.recipe = s.recipe;
+    // MXFP8 runs exchange as the flag says (mxfp8 by default with experts on several
+    // ranks); bf16 and fp32 runs in their own precision.
+    if (wire || c.expert_parallel > 1) {
+      const ExpertWire w = wire.value_or(ExpertWire::kMxfp8);
+      c.wire = w == ExpertWire::kMxfp8 && !c.recipe.mxfp8() ? ExpertWire::kHighPrecision : w;
+    }
     if (!resume.empty()) {
-      c.resume_path = CheckpointPath(resume, s.name);
+      c.resume_path = CheckpointPath(resume, s.name, rank, world_size);
       resumed_steps += CheckCheckpoint(c.resume_path, c, corpus);
     }
     configs.push_back(std::move(c));
   }
   std::string out = args.Get("out", resume);
-  if (!out.empty()) {
+  if (!lead) {
+    // Rank 0 checks and makes the run directory; the others learn its name.
+    out = AllGatherStrings(*world, "")[0];
+    MXTRAIN_CHECK(!out.empty(), "rank 0 could not make the run directory");
+  } else if (!out.empty()) {
     std::error_code ec;
     MXTRAIN_CHECK(!std::filesystem::exists(out, ec) || std::filesystem::is_directory(out, ec),
                   "--out '", out, "' exists and is not a directory");
@@ -279,7 +316,11 @@ int Train(const ParsedArgs& args) {
   } else {
     out = MakeRunDirectory("runs");
   }
+  if (lead && world != nullptr) AllGatherStrings(*world, out);
 
+  // One rank reports: the others train quietly.
+  if (!lead && std::freopen("/dev/null", "w", stdout) == nullptr)
+    Fail("cannot silence rank ", rank);
   std::printf(
       "mxtrain train: %lld-layer MoE transformer (%s), %s: %zu train / %zu val bytes, "
       "unigram entropy %.3f nats\n",
@@ -288,6 +329,12 @@ int Train(const ParsedArgs& args) {
   std::printf("%lld steps x %lld micro-batches x %lld sequences, seed %llu\n",
               static_cast<long long>(base.steps), static_cast<long long>(base.micro_batches),
               static_cast<long long>(base.batch_size), static_cast<unsigned long long>(base.seed));
+  if (world != nullptr) {
+    std::printf("%d processes (%s), expert parallelism %lld: %lld of %lld experts per rank\n",
+                world_size, world->name().c_str(), static_cast<long long>(base.expert_parallel),
+                static_cast<long long>(m.n_experts / base.expert_parallel),
+                static_cast<long long>(m.n_experts));
+  }
   // The routes this CPU gives each precision (the same choice for the whole process).
   std::printf("GEMMs: mxfp8 %s (SIMD %s), bf16 %s, fp32 %s\n", CurrentGemmPath().c_str(),
               CurrentSimdTarget().c_str(), HpGemmRoute(DType::kBF16).c_str(),
@@ -300,9 +347,9 @@ int Train(const ParsedArgs& args) {
   std::vector<TrainResult> results;
   for (TrainConfig& c : configs) {
     RunSubdirectory(out, c.name);
-    c.checkpoint_path = CheckpointPath(out, c.name);
+    c.checkpoint_path = CheckpointPath(out, c.name, rank, world_size);
     progress.Begin(c.name, run_steps);
-    c.on_step = [&progress](const StepMetrics& s) { progress.Step(s); };
+    if (lead) c.on_step = [&progress](const StepMetrics& s) { progress.Step(s); };
     TrainResult r;
     try {
       r = mxtrain::Train(c, corpus);
@@ -311,17 +358,24 @@ int Train(const ParsedArgs& args) {
       PrintError(StrCat(c.name, ": ", e.what()));
       return 3;
     }
-    WriteRunMetrics(out, r);
+    if (lead) WriteRunMetrics(out, r);
     results.push_back(std::move(r));
   }
+  if (!lead) return 0;
   WriteJobSummary(out, results);
   std::fputs(ComparisonTable(results).c_str(), stdout);
   double seconds = 0;
   for (const TrainResult& r : results) seconds += r.seconds;
+  for (const TrainResult& r : results) {
+    if (r.world_size == 1 && r.wire == ExpertWire::kLocal) continue;
+    std::printf("%s: expert wire %s, %.3f MB between ranks per step\n", r.name.c_str(),
+                std::string(Name(r.wire)).c_str(),
+                static_cast<double>(r.wire_bytes_per_step) / 1e6);
+  }
   std::printf(
       "%.1f s in all; wrote %s (summary.json, plot.svg, per run metrics.csv and "
-      "checkpoint.safetensors)\n",
-      seconds, out.c_str());
+      "checkpoint%s)\n",
+      seconds, out.c_str(), world_size > 1 ? "s per rank" : ".safetensors");
   return 0;
 }
 
@@ -377,12 +431,25 @@ int RunTrain(const std::vector<std::string>& argv) {
                                                {"lr"},
                                                {"warmup"},
                                                {"eval-every"},
-                                               {"stop-after"}});
+                                               {"stop-after"},
+                                               {"expert-parallel"},
+                                               {"expert-wire"}});
     if (args.help()) {
       std::cout << kUsage << "\n";
       return 0;
     }
-    return Train(args);
+    const std::unique_ptr<Communicator> world = World();
+    if (world == nullptr) return Train(args, nullptr);
+    // Several processes: a rank that fails ends the job, so that no rank waits for it in a
+    // collective; an error every rank meets before training (bad flags) is printed by each.
+    try {
+      return Train(args, world.get());
+    } catch (const std::exception& e) {
+      PrintError(StrCat("rank ", world->rank(), " of ", world->size(), ": ", e.what()));
+      std::fflush(stderr);
+      world->Abort(2);
+    }
+    return 2;  // not reached: Abort ends the process
   });
 }
 

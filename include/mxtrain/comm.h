@@ -57,6 +57,9 @@ class Communicator {
   [[noreturn]] virtual void Abort(int code) = 0;
 };
 
+// Collective: every rank's string (any lengths), in rank order; built on AllGather.
+std::vector<std::string> AllGatherStrings(Communicator& comm, const std::string& s);
+
 // One process: rank 0 of 1; every collective copies its input to its output.
 std::unique_ptr<Communicator> MakeSingleProcessCommunicator();
 

@@ -3,11 +3,14 @@
 #include "mxtrain/train/model.h"
 
 #include <cmath>
+#include <cstring>
 
 #include "mxtrain/elementwise.h"
 #include "mxtrain/error.h"
+#include "mxtrain/quantize.h"
 #include "mxtrain/saved.h"
 #include "mxtrain/train/nn.h"
+#include "nn/expert_exchange.h"
 #include "train/rng.h"
 
 namespace mxtrain {
@@ -45,6 +48,25 @@ Recipe RouterRecipe() {
 
 }  // namespace
 
+std::string_view Name(ExpertWire wire) {
+  switch (wire) {
+    case ExpertWire::kLocal:
+      return "local";
+    case ExpertWire::kMxfp8:
+      return "mxfp8";
+    case ExpertWire::kHighPrecision:
+      return "hp";
+  }
+  return "?";
+}
+
+ExpertWire ParseExpertWire(std::string_view name) {
+  for (ExpertWire w : {ExpertWire::kLocal, ExpertWire::kMxfp8, ExpertWire::kHighPrecision}) {
+    if (name == Name(w)) return w;
+  }
+  Fail("expert wire '", name, "' is not one of local, mxfp8, hp");
+}
+
 struct Model::Block {
   std::shared_ptr<Parameter> norm1, norm2;
   std::unique_ptr<Linear> wq, wk, wv, wo, router;
@@ -59,6 +81,11 @@ struct Model::Tape {
     OpContext cq, ck, cv, co, cr, c13, c2;
     nn::RouterOut route;
     nn::Permutation perm;
+    // Expert parallelism: the exchange's route, and per sender the experts' contexts and
+    // SwiGLU inputs (in place of c13, c2 and gu).
+    nn::ExpertRoute ep_route;
+    std::vector<OpContext> ep_c13, ep_c2;
+    std::vector<Tensor> ep_gu;
     SavedTensors saved;
   };
   std::vector<BlockTape> blocks;
@@ -67,14 +94,30 @@ struct Model::Tape {
   SavedTensors saved;
 };
 
-Model::Model(const ModelConfig& config, const Recipe& recipe, uint64_t seed, int threads)
-    : config_(config), recipe_(recipe), threads_(threads) {
+Model::Model(const ModelConfig& config, const Recipe& recipe, uint64_t seed, int threads,
+             ExpertParallel ep)
+    : config_(config), recipe_(recipe), threads_(threads), ep_(ep) {
   config_.Validate();
   const int64_t d = config_.d_model, e = config_.n_experts, f = config_.d_ff;
+  const int ep_size = ep_.group != nullptr ? ep_.group->size() : 1;
+  const int ep_rank = ep_.group != nullptr ? ep_.group->rank() : 0;
+  MXTRAIN_CHECK(e % ep_size == 0, "model: ", e, " experts do not split evenly over ", ep_size,
+                " expert-parallel ranks");
+  MXTRAIN_CHECK(ep_.wire != ExpertWire::kLocal || ep_size == 1, "model: experts on ", ep_size,
+                " ranks need an exchange (wire mxfp8 or hp)");
+  MXTRAIN_CHECK(ep_.wire == ExpertWire::kLocal || ep_.group != nullptr,
+                "model: an expert wire needs the expert-parallel group");
+  MXTRAIN_CHECK(ep_.wire != ExpertWire::kMxfp8 || recipe_.mxfp8(),
+                "model: the MXFP8 expert wire needs an MXFP8 recipe, this one is ",
+                Name(recipe_.precision()), " (use wire hp)");
+  local_experts_ = e / ep_size;
   OpOptions ops;
   ops.accumulate_grad = true;
   ops.cache = &cache_;
   ops.threads = threads;
+  // Exchanged experts add each sender's gradient into main_grad themselves, in rank order.
+  OpOptions expert_ops = ops;
+  expert_ops.accumulate_grad = ep_.wire == ExpertWire::kLocal;
   uint64_t stream = 0;
   auto linear = [&](int64_t in, int64_t out, const std::string& name, double scale,
                     const Recipe& r) {
@@ -83,9 +126,17 @@ Model::Model(const ModelConfig& config, const Recipe& recipe, uint64_t seed, int
     params_.push_back(l->weight_ptr());
     return l;
   };
+  // Every expert's initial value as the whole [E, out, in] tensor has it; this rank keeps
+  // its share.
   auto grouped = [&](int64_t in, int64_t out, const std::string& name, double scale) {
-    auto l = std::make_unique<GroupedLinear>(e, in, out, false, recipe_, ops, DType::kF32, name);
-    InitNormal(l->weight(), scale / std::sqrt(static_cast<double>(in)), seed, ++stream);
+    auto l = std::make_unique<GroupedLinear>(local_experts_, in, out, false, recipe_, expert_ops,
+                                             DType::kF32, name);
+    Parameter all(Tensor::Zeros(DType::kF32, {e, out, in}), name);
+    InitNormal(all, scale / std::sqrt(static_cast<double>(in)), seed, ++stream);
+    std::memcpy(l->weight().value().raw(),
+                all.value().data<float>() + ep_rank * local_experts_ * out * in,
+                l->weight().value().NumBytes());
+    l->weight().MarkModified();
     params_.push_back(l->weight_ptr());
     return l;
   };
@@ -117,6 +168,13 @@ Model::Model(const ModelConfig& config, const Recipe& recipe, uint64_t seed, int
   InitOnes(*final_norm_);
   params_.push_back(final_norm_);
   lm_head_ = linear(d, config_.vocab, "lm_head", 1.0, recipe_);
+  for (const auto& p : params_) {
+    bool expert = false;
+    for (const auto& b : blocks_) {
+      expert = expert || p == b->w13->weight_ptr() || p == b->w2->weight_ptr();
+    }
+    expert_param_.push_back(expert);
+  }
 }
 
 Model::~Model() = default;
@@ -202,14 +260,24 @@ LossParts Model::ForwardBackward(std::span<const int32_t> ids, std::span<const i
     t.route = nn::RouterForward(r.y, k);
     out.aux += t.route.aux_loss;
     t.perm = nn::MakePermutation(t.route.experts, n, k, e);
-    Forwarded gu = b.w13->Forward(In(nn::Permute(n2.y, t.perm, th)), t.perm.groups);
-    t.gu = F32(gu.y);
-    note(*b.w13, gu.ctx);
-    t.c13 = std::move(gu.ctx);
-    Forwarded ys = b.w2->Forward(In(nn::SwiGluForward(t.gu, th)), t.perm.groups);
-    t.ys = F32(ys.y);
-    note(*b.w2, ys.ctx);
-    t.c2 = std::move(ys.ctx);
+    if (ep_.wire != ExpertWire::kLocal) {
+      t.ys = ExchangedExperts(b, In(nn::Permute(n2.y, t.perm, th)), t.perm, &tape, i);
+      for (size_t s = 0; s < t.ep_c13.size(); ++s) {
+        if (!t.ep_c13[s].defined()) continue;  // no rows from this sender
+        note(*b.w13, t.ep_c13[s]);
+        note(*b.w2, t.ep_c2[s]);
+        break;
+      }
+    } else {
+      Forwarded gu = b.w13->Forward(In(nn::Permute(n2.y, t.perm, th)), t.perm.groups);
+      t.gu = F32(gu.y);
+      note(*b.w13, gu.ctx);
+      t.c13 = std::move(gu.ctx);
+      Forwarded ys = b.w2->Forward(In(nn::SwiGluForward(t.gu, th)), t.perm.groups);
+      t.ys = F32(ys.y);
+      note(*b.w2, ys.ctx);
+      t.c2 = std::move(ys.ctx);
+    }
     x = nn::Add(t.x_mid, nn::Unpermute(t.ys, t.perm, t.route.weights, th), th);
     for (const Tensor* s : {&t.x_in, &t.rstd1, &t.q, &t.k, &t.v, &t.probs, &t.x_mid, &t.rstd2,
                             &t.gu, &t.ys, &t.route.weights, &t.route.probs}) {
@@ -244,13 +312,19 @@ LossParts Model::ForwardBackward(std::span<const int32_t> ids, std::span<const i
     Tape::BlockTape& t = tape.blocks[i];
     // MoE branch.
     nn::UnpermuteGrads ug = nn::UnpermuteBackward(dx, t.ys, t.perm, t.route.weights, th);
-    Grads g2 = b.w2->Backward(In(ug.dys), std::move(t.c2));
-    ug.dys = Tensor();
-    const Tensor dgu = nn::SwiGluBackward(F32(g2.dx), t.gu, th);
-    g2 = Grads();
-    Grads g13 = b.w13->Backward(In(dgu), std::move(t.c13));
-    Tensor dn2 = nn::PermuteBackward(F32(g13.dx), t.perm, th);
-    g13 = Grads();
+    Tensor dn2;
+    if (ep_.wire != ExpertWire::kLocal) {
+      const Tensor dxs = ExchangedExpertsBackward(b, ug.dys, tape, i);
+      ug.dys = Tensor();
+      dn2 = nn::PermuteBackward(dxs, t.perm, th);
+    } else {
+      Grads g2 = b.w2->Backward(In(ug.dys), std::move(t.c2));
+      ug.dys = Tensor();
+      const Tensor dgu = nn::SwiGluBackward(F32(g2.dx), t.gu, th);
+      g2 = Grads();
+      Grads g13 = b.w13->Backward(In(dgu), std::move(t.c13));
+      dn2 = nn::PermuteBackward(F32(g13.dx), t.perm, th);
+    }
     const Tensor dlr = nn::RouterBackward(t.route, ug.dweights, aux_scale);
     Grads gr = b.router->Backward(dlr, std::move(t.cr));
     nn::AddInPlace(dn2, gr.dx, th);
@@ -304,12 +378,122 @@ double Model::Evaluate(std::span<const int32_t> ids, std::span<const int32_t> ta
     const Tensor n2 = nn::RmsNormForward(mid, b.norm2->value(), kNormEps, th).y;
     const nn::RouterOut route = nn::RouterForward(b.router->Forward(n2, false).y, k);
     const nn::Permutation perm = nn::MakePermutation(route.experts, n, k, e);
-    const Tensor gu = F32(b.w13->Forward(In(nn::Permute(n2, perm, th)), perm.groups, false).y);
-    const Tensor ys = F32(b.w2->Forward(In(nn::SwiGluForward(gu, th)), perm.groups, false).y);
+    Tensor ys;
+    if (ep_.wire != ExpertWire::kLocal) {
+      ys = ExchangedExperts(b, In(nn::Permute(n2, perm, th)), perm, nullptr, 0);
+    } else {
+      const Tensor gu = F32(b.w13->Forward(In(nn::Permute(n2, perm, th)), perm.groups, false).y);
+      ys = F32(b.w2->Forward(In(nn::SwiGluForward(gu, th)), perm.groups, false).y);
+    }
     x = nn::Add(mid, nn::Unpermute(ys, perm, route.weights, th), th);
   }
   const Tensor nf = nn::RmsNormForward(x, final_norm_->value(), kNormEps, th).y;
   return nn::CrossEntropy(F32(lm_head_->Forward(In(nf), false).y), targets, nullptr, 1.0f, th);
+}
+
+Tensor Model::ExchangedExperts(Block& b, const Tensor& xs, const nn::Permutation& perm, Tape* tape,
+                               size_t block) {
+  Communicator& group = *ep_.group;
+  const int th = threads_;
+  const bool mx = ep_.wire == ExpertWire::kMxfp8;
+  nn::WireBytes dispatch{0, 0}, combine{0, 0};
+  nn::ExpertRoute route = nn::ExchangeCounts(group, perm, local_experts_);
+  // Dispatch: quantized once by the sender (MXFP8), or as the matmul input.
+  MxTensor rows_mx;
+  Tensor rows_hp;
+  if (mx) {
+    QuantizeOptions q;
+    q.format = recipe_.input_format();
+    q.rule = recipe_.scale();
+    q.threads = th;
+    q.category = MemoryCategory::kActivation;
+    rows_mx = nn::SendRows(group, QuantizeRowwise(xs, q), route, true, &dispatch);
+  } else {
+    rows_hp = nn::SendRows(group, xs, route, true, &dispatch);
+  }
+  const int64_t d = config_.d_model;
+  Tensor ys_all = Tensor::Empty(xs.dtype(), {route.recv_total, d}, MemoryCategory::kActivation);
+  Tape::BlockTape* t = tape != nullptr ? &tape->blocks[block] : nullptr;
+  const size_t senders = route.recv_rows.size();
+  if (t != nullptr) {
+    t->ep_c13.resize(senders);
+    t->ep_c2.resize(senders);
+    t->ep_gu.resize(senders);
+  }
+  CallOptions call;
+  call.input_requires_grad = t != nullptr;
+  for (size_t s = 0; s < senders; ++s) {
+    const int64_t begin = route.recv_begin[s], end = begin + route.recv_rows[s];
+    if (begin == end) continue;
+    const GroupList& groups = route.recv_groups[s];
+    Forwarded gu = mx ? b.w13->Forward(rows_mx.Rows(begin, end), groups, call)
+                      : b.w13->Forward(rows_hp.Slice(begin, end), groups, call);
+    const Tensor gu32 = CastTo(gu.y, DType::kF32, MemoryCategory::kActivation, th);
+    Forwarded ys = b.w2->Forward(ToMatmulInput(nn::SwiGluForward(gu32, th)), groups, call);
+    std::memcpy(ys_all.Slice(begin, end).raw(), ys.y.raw(), ys.y.NumBytes());
+    if (t != nullptr) {
+      t->ep_c13[s] = std::move(gu.ctx);
+      t->ep_c2[s] = std::move(ys.ctx);
+      t->ep_gu[s] = gu32;
+      t->saved.Hold(gu32);
+    }
+  }
+  rows_mx = MxTensor();
+  rows_hp = Tensor();
+  // Combine: back to the tokens' ranks in high precision.
+  const Tensor back = nn::SendRows(group, ys_all, route, false, &combine);
+  wire_.dispatch_forward += dispatch.remote;
+  wire_.combine_forward += combine.remote;
+  wire_.self += dispatch.local + combine.local;
+  if (t != nullptr) t->ep_route = std::move(route);
+  return CastTo(back, DType::kF32, MemoryCategory::kActivation, th);
+}
+
+Tensor Model::ExchangedExpertsBackward(Block& b, const Tensor& dys, Tape& tape, size_t block) {
+  Communicator& group = *ep_.group;
+  Tape::BlockTape& t = tape.blocks[block];
+  const nn::ExpertRoute& route = t.ep_route;
+  const int th = threads_;
+  const bool mx = ep_.wire == ExpertWire::kMxfp8;
+  nn::WireBytes combine{0, 0}, dispatch{0, 0};
+  const Tensor dys_in = ToMatmulInput(dys);
+  // Combine backward: the output gradient, quantized once by the tokens' rank (MXFP8 in the
+  // recipe's gradient format), or as the matmul input.
+  MxTensor grads_mx;
+  Tensor grads_hp;
+  if (mx) {
+    QuantizeOptions q;
+    q.format = recipe_.grad_format();
+    q.rule = recipe_.scale();
+    q.threads = th;
+    q.category = MemoryCategory::kGradient;
+    grads_mx = nn::SendRows(group, QuantizeRowwise(dys_in, q), route, true, &combine);
+  } else {
+    grads_hp = nn::SendRows(group, dys_in, route, true, &combine);
+  }
+  Tensor dx_all =
+      Tensor::Empty(dys_in.dtype(), {route.recv_total, config_.d_model}, MemoryCategory::kGradient);
+  for (size_t s = 0; s < route.recv_rows.size(); ++s) {
+    const int64_t begin = route.recv_begin[s], end = begin + route.recv_rows[s];
+    if (begin == end) continue;
+    Grads g2 = mx ? b.w2->Backward(grads_mx.Rows(begin, end), std::move(t.ep_c2[s]))
+                  : b.w2->Backward(grads_hp.Slice(begin, end), std::move(t.ep_c2[s]));
+    nn::AddInPlace(b.w2->weight().main_grad(), g2.dw, th);
+    const Tensor dgu = nn::SwiGluBackward(CastTo(g2.dx, DType::kF32, MemoryCategory::kGradient, th),
+                                          t.ep_gu[s], th);
+    g2 = Grads();
+    Grads g13 = b.w13->Backward(ToMatmulInput(dgu), std::move(t.ep_c13[s]));
+    nn::AddInPlace(b.w13->weight().main_grad(), g13.dw, th);
+    std::memcpy(dx_all.Slice(begin, end).raw(), g13.dx.raw(), g13.dx.NumBytes());
+  }
+  grads_mx = MxTensor();
+  grads_hp = Tensor();
+  // Dispatch backward: the input gradient back to the tokens' ranks in high precision.
+  const Tensor back = nn::SendRows(group, dx_all, route, false, &dispatch);
+  wire_.combine_backward += combine.remote;
+  wire_.dispatch_backward += dispatch.remote;
+  wire_.self += combine.local + dispatch.local;
+  return CastTo(back, DType::kF32, MemoryCategory::kGradient, th);
 }
 
 }  // namespace mxtrain

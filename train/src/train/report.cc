@@ -27,8 +27,13 @@ std::string Num(double v) {
 
 constexpr const char* kCsvHeader =
     "step,train_loss,aux_loss,val_loss,lr,grad_norm,step_ms,tokens_per_s,peak_bytes,"
+    "saved_bytes,saved_alloc_bytes,cache_hits,cache_misses,inputs_deferred,weights_deferred,"
+    "wire_bytes";
+// The headers before the wire bytes and before the policy counts (checkpoints written then
+// still resume).
+constexpr const char* kCsvHeaderV2 =
+    "step,train_loss,aux_loss,val_loss,lr,grad_norm,step_ms,tokens_per_s,peak_bytes,"
     "saved_bytes,saved_alloc_bytes,cache_hits,cache_misses,inputs_deferred,weights_deferred";
-// The header before the policy counts (checkpoints written then still resume).
 constexpr const char* kCsvHeaderV1 =
     "step,train_loss,aux_loss,val_loss,lr,grad_norm,step_ms,tokens_per_s,peak_bytes,"
     "saved_bytes,saved_alloc_bytes,cache_hits,cache_misses";
@@ -44,11 +49,11 @@ std::string Mib(int64_t bytes) {
 std::string MetricsCsv(const std::vector<StepMetrics>& steps) {
   std::string out = std::string(kCsvHeader) + "\n";
   for (const StepMetrics& m : steps) {
-    out +=
-        StrCat(m.step, ",", Num(m.train_loss), ",", Num(m.aux_loss), ",", Num(m.val_loss), ",",
-               Num(m.lr), ",", Num(m.grad_norm), ",", Num(m.step_ms), ",", Num(m.tokens_per_s), ",",
-               m.peak_bytes, ",", m.saved_bytes, ",", m.saved_alloc_bytes, ",", m.cache_hits, ",",
-               m.cache_misses, ",", m.inputs_deferred, ",", m.weights_deferred, "\n");
+    out += StrCat(m.step, ",", Num(m.train_loss), ",", Num(m.aux_loss), ",", Num(m.val_loss), ",",
+                  Num(m.lr), ",", Num(m.grad_norm), ",", Num(m.step_ms), ",", Num(m.tokens_per_s),
+                  ",", m.peak_bytes, ",", m.saved_bytes, ",", m.saved_alloc_bytes, ",",
+                  m.cache_hits, ",", m.cache_misses, ",", m.inputs_deferred, ",",
+                  m.weights_deferred, ",", m.wire_bytes, "\n");
   }
   return out;
 }
@@ -56,9 +61,10 @@ std::string MetricsCsv(const std::vector<StepMetrics>& steps) {
 std::vector<StepMetrics> ParseMetricsCsv(const std::string& csv) {
   std::istringstream in(csv);
   std::string line;
-  MXTRAIN_CHECK(std::getline(in, line) && (line == kCsvHeader || line == kCsvHeaderV1),
+  MXTRAIN_CHECK(std::getline(in, line) &&
+                    (line == kCsvHeader || line == kCsvHeaderV2 || line == kCsvHeaderV1),
                 "metrics CSV does not start with the expected header");
-  const size_t fields = line == kCsvHeader ? 15 : 13;
+  const size_t fields = line == kCsvHeader ? 16 : line == kCsvHeaderV2 ? 15 : 13;
   std::vector<StepMetrics> steps;
   while (std::getline(in, line)) {
     if (line.empty()) continue;
@@ -76,10 +82,11 @@ std::vector<StepMetrics> ParseMetricsCsv(const std::string& csv) {
       int64_t* n[] = {&m.peak_bytes, &m.saved_bytes, &m.saved_alloc_bytes, &m.cache_hits,
                       &m.cache_misses};
       for (int i = 0; i < 5; ++i) *n[i] = std::stoll(f[8 + i]);
-      if (fields == 15) {
+      if (fields >= 15) {
         m.inputs_deferred = std::stoll(f[13]);
         m.weights_deferred = std::stoll(f[14]);
       }
+      if (fields >= 16) m.wire_bytes = std::stoll(f[15]);
       steps.push_back(m);
     } catch (const std::logic_error&) {
       Fail("metrics CSV line is not numeric: '", line, "'");
@@ -126,6 +133,12 @@ std::string SummaryJson(const std::vector<TrainResult>& runs) {
       policies[lp.layer] = Json{{"input", name(lp.input)}, {"weight", name(lp.weight)}};
     }
     o["policies"] = std::move(policies);
+    // The processes: ranks, expert parallelism, how tokens reached their experts, and the
+    // bytes that crossed between ranks per step (median; all ranks' together).
+    o["world_size"] = r.world_size;
+    o["expert_parallel"] = r.expert_parallel;
+    o["expert_wire"] = Name(r.wire);
+    o["wire_bytes_per_step"] = r.wire_bytes_per_step;
     o["seconds"] = num(r.seconds);
     list.push_back(std::move(o));
   }
@@ -232,8 +245,12 @@ std::string RunSubdirectory(const std::string& dir, const std::string& run_name)
   return sub;
 }
 
-std::string CheckpointPath(const std::string& dir, const std::string& run_name) {
-  return (std::filesystem::path(dir) / run_name / "checkpoint.safetensors").string();
+std::string CheckpointPath(const std::string& dir, const std::string& run_name, int rank,
+                           int world_size) {
+  const std::string file = world_size > 1
+                               ? StrCat("checkpoint.rank", rank, "-of-", world_size, ".safetensors")
+                               : std::string("checkpoint.safetensors");
+  return (std::filesystem::path(dir) / run_name / file).string();
 }
 
 void WriteRunMetrics(const std::string& dir, const TrainResult& run) {

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <sstream>
 
 #include "mxtrain/memory.h"
 #include "train/checkpoint.h"
@@ -39,6 +40,152 @@ void Validate(const TrainConfig& c) {
                 "train: checkpoint_every needs a checkpoint path");
 }
 
+// ---- several processes -------------------------------------------------------------------
+
+// The processes of a run and the groups its parameters are summed over.
+struct Layout {
+  Communicator* world = nullptr;  // null: one process
+  int size = 1, rank = 0;
+  std::unique_ptr<Communicator> ep_group;   // the ranks that share one copy of the experts
+  std::unique_ptr<Communicator> expert_dp;  // the ranks that hold the same experts
+  // Whether anything crosses processes or a wire: the run's layout goes into checkpoints.
+  bool parallel() const { return size > 1 || ep_group != nullptr; }
+  ExpertParallel Experts(const TrainConfig& c) const {
+    return ExpertParallel{c.wire == ExpertWire::kLocal ? nullptr : ep_group.get(), c.wire};
+  }
+  std::string Describe(const TrainConfig& c) const {
+    return StrCat("world=", size, " expert_parallel=", c.expert_parallel, " wire=", Name(c.wire));
+  }
+};
+
+void ValidateLayout(const TrainConfig& c, int world_size) {
+  MXTRAIN_CHECK(c.expert_parallel >= 1, "train: expert_parallel must be >= 1, got ",
+                c.expert_parallel);
+  MXTRAIN_CHECK(world_size % c.expert_parallel == 0, "train: expert parallelism ",
+                c.expert_parallel, " does not divide the job's ", world_size, " process",
+                world_size == 1 ? "" : "es", " (start a multiple of ", c.expert_parallel,
+                " with mpirun -np)");
+  MXTRAIN_CHECK(c.model.n_experts % c.expert_parallel == 0, "train: ", c.model.n_experts,
+                " experts do not split over ", c.expert_parallel, " expert-parallel ranks");
+  MXTRAIN_CHECK(c.expert_parallel == 1 || c.wire != ExpertWire::kLocal, "train: experts on ",
+                c.expert_parallel, " ranks need an exchange (wire mxfp8 or hp), not local");
+  MXTRAIN_CHECK(c.wire != ExpertWire::kMxfp8 || c.recipe.mxfp8(), "train: the MXFP8 expert wire ",
+                "needs an MXFP8 recipe; run '", c.name, "' is ", Name(c.recipe.precision()),
+                " (use wire hp)");
+}
+
+// Collective over the world: the groups of Megatron's EP inside DP (consecutive ranks share
+// the experts).
+Layout MakeLayout(const TrainConfig& c) {
+  Layout l;
+  l.world = c.world != nullptr && c.world->size() > 1 ? c.world : nullptr;
+  l.size = l.world != nullptr ? l.world->size() : 1;
+  l.rank = l.world != nullptr ? l.world->rank() : 0;
+  ValidateLayout(c, l.size);
+  if (l.world != nullptr) {
+    const int ep = static_cast<int>(c.expert_parallel);
+    l.ep_group = l.world->Split(l.rank / ep, l.rank);
+    l.expert_dp = l.world->Split(l.rank % ep, l.rank);
+  } else if (c.wire != ExpertWire::kLocal) {
+    l.ep_group = MakeSingleProcessCommunicator();
+  }
+  return l;
+}
+
+// Every setting that must be the same on every rank, as "key=value" lines.
+std::string SettingsLines(const TrainConfig& c, const std::string& data) {
+  std::ostringstream o;
+  o << "run=" << c.name << "\nmodel=" << c.model.ToString() << "\nrecipe=" << c.recipe.ToString()
+    << "\nsteps=" << c.steps << "\nmicro_batches=" << c.micro_batches
+    << "\nbatch_size=" << c.batch_size << "\nlr=" << c.lr.peak_lr << "," << c.lr.min_lr << ","
+    << c.lr.warmup_steps << "\nclip_norm=" << c.clip_norm << "\nseed=" << c.seed
+    << "\neval_every=" << c.eval_every << "\neval_batches=" << c.eval_batches
+    << "\ncheckpoint_every=" << c.checkpoint_every << "\nstop_after=" << c.stop_after
+    << "\nresume=" << (c.resume_path.empty() ? "no" : "yes")
+    << "\nexpert_parallel=" << c.expert_parallel << "\nwire=" << Name(c.wire) << "\ndata=" << data;
+  return o.str();
+}
+
+// Collective: an Error on every rank, naming the first setting that differs from rank 0's.
+void CheckSameSettings(Communicator& w, const std::string& lines) {
+  const std::vector<std::string> all = AllGatherStrings(w, lines);
+  for (int r = 1; r < w.size(); ++r) {
+    if (all[r] == all[0]) continue;
+    std::istringstream a(all[0]), b(all[r]);
+    std::string la, lb;
+    while (std::getline(a, la) && std::getline(b, lb) && la == lb) {
+    }
+    Fail("train: rank ", r, " was started with ", lb.empty() ? "other settings" : lb,
+         ", rank 0 with ", la.empty() ? "other settings" : la,
+         "; every rank must get the same flags");
+  }
+}
+
+// Collective: the mean over ranks of each value, summed in rank order.
+std::vector<double> MeanOverRanks(Communicator* w, std::vector<double> v) {
+  if (w == nullptr) return v;
+  const std::vector<uint8_t> all = w->AllGather(std::span<const uint8_t>(
+      reinterpret_cast<const uint8_t*>(v.data()), v.size() * sizeof(double)));
+  std::vector<double> each(static_cast<size_t>(w->size()) * v.size());
+  std::memcpy(each.data(), all.data(), all.size());
+  for (size_t i = 0; i < v.size(); ++i) {
+    double sum = 0;
+    for (int r = 0; r < w->size(); ++r) sum += each[r * v.size() + i];
+    v[i] = sum / static_cast<double>(w->size());
+  }
+  return v;
+}
+
+// Collective: every gradient summed over the ranks that hold the same parameter.
+void SumGradients(Model& model, const Layout& l) {
+  const auto& params = model.parameters();
+  for (size_t i = 0; i < params.size(); ++i) {
+    Communicator* over = model.is_expert_parameter(i) ? l.expert_dp.get() : l.world;
+    if (over == nullptr || over->size() == 1) continue;
+    Tensor& g = params[i]->main_grad();
+    over->AllReduceSum(std::span<float>(g.mutable_data<float>(), g.NumElements()));
+  }
+}
+
+// Collective: the global gradient norm of a run over several processes, summed in one
+// order whatever the layout: parameter by parameter, an expert tensor expert by expert
+// (each expert's sum of squares in double, gathered over the expert-parallel group), then
+// the grads scaled as ClipGradNorm does.
+double ClipGradNormOverRanks(Model& model, const Layout& l, double max_norm) {
+  const auto& params = model.parameters();
+  double ss = 0;
+  for (size_t i = 0; i < params.size(); ++i) {
+    const Tensor& g = params[i]->main_grad();
+    const float* v = g.const_data<float>();
+    const bool expert = model.is_expert_parameter(i);
+    const int64_t pieces = expert ? model.local_experts() : 1;
+    const int64_t per = g.NumElements() / pieces;
+    std::vector<double> part(static_cast<size_t>(pieces), 0.0);
+    for (int64_t p = 0; p < pieces; ++p) {
+      for (int64_t j = 0; j < per; ++j)
+        part[p] += static_cast<double>(v[p * per + j]) * v[p * per + j];
+    }
+    if (expert && model.expert_parallel().group != nullptr &&
+        model.expert_parallel().group->size() > 1) {
+      const std::vector<uint8_t> all =
+          model.expert_parallel().group->AllGather(std::span<const uint8_t>(
+              reinterpret_cast<const uint8_t*>(part.data()), part.size() * sizeof(double)));
+      part.resize(all.size() / sizeof(double));
+      std::memcpy(part.data(), all.data(), all.size());
+    }
+    for (double x : part) ss += x;
+  }
+  const double norm = std::sqrt(ss);
+  if (max_norm > 0 && norm > max_norm && std::isfinite(norm)) {
+    const float scale = static_cast<float>(max_norm / norm);
+    for (const auto& p : params) {
+      float* g = p->main_grad().mutable_data<float>();
+      for (int64_t i = 0; i < p->main_grad().NumElements(); ++i) g[i] *= scale;
+    }
+  }
+  return norm;
+}
+
 double EvalLoss(Model& model, std::span<const uint8_t> data, const TrainConfig& c) {
   double sum = 0;
   for (int64_t i = 0; i < c.eval_batches; ++i) {
@@ -63,24 +210,33 @@ std::string DataFingerprint(const Corpus& corpus) {
 
 // What a resumed run must share with the checkpoint's run to repeat it bit for bit
 // (besides the model, which ReadCheckpoint checks): the batches' source and sampling.
+// A run over several processes adds its layout and the rank (one process: none).
 std::vector<std::pair<std::string, std::string>> ResumeKeys(const TrainConfig& c,
-                                                            const Corpus& corpus) {
-  return {{"run.seed", std::to_string(c.seed)},
-          {"run.batch_size", std::to_string(c.batch_size)},
-          {"run.micro_batches", std::to_string(c.micro_batches)},
-          {"data.fingerprint", DataFingerprint(corpus)}};
+                                                            const Corpus& corpus,
+                                                            const Layout& layout) {
+  std::vector<std::pair<std::string, std::string>> keys = {
+      {"run.seed", std::to_string(c.seed)},
+      {"run.batch_size", std::to_string(c.batch_size)},
+      {"run.micro_batches", std::to_string(c.micro_batches)},
+      {"data.fingerprint", DataFingerprint(corpus)}};
+  if (layout.parallel()) {
+    keys.push_back({"parallel.layout", layout.Describe(c)});
+    keys.push_back({"parallel.rank", std::to_string(layout.rank)});
+  }
+  return keys;
 }
 
 // The settings besides the model that a checkpoint records (the model's are added by
 // WriteCheckpoint).
 std::map<std::string, std::string> RunMetadata(const TrainConfig& c, const Corpus& corpus,
+                                               const Layout& layout,
                                                const std::vector<StepMetrics>& steps) {
   std::map<std::string, std::string> m = {{"run.name", c.name},
                                           {"run.recipe", c.recipe.ToString()},
                                           {"run.steps", std::to_string(c.steps)},
                                           {"data.source", corpus.source},
                                           {"metrics.csv", MetricsCsv(steps)}};
-  for (auto& [k, v] : ResumeKeys(c, corpus)) m[k] = v;
+  for (auto& [k, v] : ResumeKeys(c, corpus, layout)) m[k] = v;
   return m;
 }
 
@@ -105,10 +261,16 @@ NonFiniteLossError::NonFiniteLossError(int64_t step, double value, const char* w
 namespace {
 
 void CheckResumable(const std::string& path, const internal::CheckpointState& s,
-                    const TrainConfig& config, const Corpus& corpus) {
+                    const TrainConfig& config, const Corpus& corpus, const Layout& layout) {
   MXTRAIN_CHECK(s.step >= 0 && s.step <= config.steps, "checkpoint '", path, "' is at step ",
                 s.step, ", past the run's ", config.steps, " steps");
-  for (const auto& [key, want] : ResumeKeys(config, corpus)) {
+  if (!layout.parallel()) {
+    auto it = s.metadata.find("parallel.layout");
+    MXTRAIN_CHECK(it == s.metadata.end(), "checkpoint '", path, "' was written by a run with ",
+                  it == s.metadata.end() ? std::string() : it->second,
+                  ", this run is one process; resume it with the same layout");
+  }
+  for (const auto& [key, want] : ResumeKeys(config, corpus, layout)) {
     auto it = s.metadata.find(key);
     MXTRAIN_CHECK(it != s.metadata.end() && it->second == want, "checkpoint '", path,
                   "' was written by a run with ", key, " ",
@@ -120,12 +282,48 @@ void CheckResumable(const std::string& path, const internal::CheckpointState& s,
 
 }  // namespace
 
+namespace {
+
+// Collective: the step every rank resumes from, an Error on every rank when they differ.
+int64_t AgreedStep(const Layout& l, int64_t step) {
+  if (l.world == nullptr) return step;
+  const std::vector<uint8_t> all = l.world->AllGather(
+      std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(&step), sizeof step));
+  std::vector<int64_t> steps(static_cast<size_t>(l.size));
+  std::memcpy(steps.data(), all.data(), all.size());
+  for (int r = 1; r < l.size; ++r) {
+    MXTRAIN_CHECK(steps[r] == steps[0], "checkpoints: rank ", r, "'s is at step ", steps[r],
+                  ", rank 0's at step ", steps[0], "; every rank must resume from the same step");
+  }
+  return step;
+}
+
+}  // namespace
+
 int64_t CheckCheckpoint(const std::string& path, const TrainConfig& config, const Corpus& corpus) {
-  // Every tensor, against a model of this configuration (about a million parameters: cheap).
-  Model model(config.model, config.recipe, config.seed, config.threads);
-  const internal::CheckpointState s = internal::ReadCheckpoint(path, model);
-  CheckResumable(path, s, config, corpus);
-  return s.step;
+  const Layout layout = MakeLayout(config);
+  // Every tensor, against a model of this configuration and rank (about a million
+  // parameters: cheap).
+  Model model(config.model, config.recipe, config.seed, config.threads, layout.Experts(config));
+  std::string error;
+  int64_t step = -1;
+  try {
+    const internal::CheckpointState s = internal::ReadCheckpoint(path, model);
+    CheckResumable(path, s, config, corpus, layout);
+    step = s.step;
+  } catch (const Error& e) {
+    if (layout.world == nullptr) throw;
+    error = e.what();
+  }
+  // Every rank learns whether any failed, so that all stop with an error instead of some
+  // waiting for the others in a collective.
+  if (layout.world != nullptr) {
+    const std::vector<std::string> errors = AllGatherStrings(*layout.world, error);
+    for (int r = 0; r < layout.size; ++r) {
+      MXTRAIN_CHECK(errors[r].empty(), r == layout.rank ? "" : StrCat("rank ", r, ": "), errors[r]);
+    }
+  }
+  return AgreedStep(layout, step);
 }
 
 TrainResult Train(const TrainConfig& config, const Corpus& corpus) {
@@ -134,7 +332,11 @@ TrainResult Train(const TrainConfig& config, const Corpus& corpus) {
                     static_cast<int64_t>(corpus.val.size()) > config.model.context,
                 "train: ", corpus.source, " is too small for a context of ", config.model.context);
   const Clock::time_point run_start = Clock::now();
-  Model model(config.model, config.recipe, config.seed, config.threads);
+  const Layout layout = MakeLayout(config);
+  if (layout.world != nullptr) {
+    CheckSameSettings(*layout.world, SettingsLines(config, DataFingerprint(corpus)));
+  }
+  Model model(config.model, config.recipe, config.seed, config.threads, layout.Experts(config));
   AdamW opt(model.parameters(), config.adam);
   LrSchedule schedule = config.lr;
   schedule.total_steps = config.steps;
@@ -143,9 +345,13 @@ TrainResult Train(const TrainConfig& config, const Corpus& corpus) {
   result.name = config.name;
   result.recipe = config.recipe;
   result.parameters = model.NumParameters();
+  result.world_size = layout.size;
+  result.expert_parallel = config.expert_parallel;
+  result.wire = config.wire;
   if (!config.resume_path.empty()) {
     const internal::CheckpointState s = internal::ReadCheckpoint(config.resume_path, model);
-    CheckResumable(config.resume_path, s, config, corpus);
+    CheckResumable(config.resume_path, s, config, corpus, layout);
+    AgreedStep(layout, s.step);
     RestoreInto(model, opt, s);
     result.resumed_from = s.step;
     auto csv = s.metadata.find("metrics.csv");
@@ -157,29 +363,41 @@ TrainResult Train(const TrainConfig& config, const Corpus& corpus) {
   }
   for (const auto& p : model.parameters()) p->ZeroMainGrad();
 
-  const int64_t tokens_per_step = config.micro_batches * config.batch_size * config.model.context;
-  const float grad_scale = 1.0f / static_cast<float>(config.micro_batches);
+  const int64_t tokens_per_step =
+      layout.size * config.micro_batches * config.batch_size * config.model.context;
+  // The mean over the global batch: every rank's micro-batches.
+  const float grad_scale = 1.0f / static_cast<float>(config.micro_batches * layout.size);
   double step_ms_total = 0;
   std::vector<double> step_times;
+  ExpertWireBytes step_wire;  // this rank's, over the steps made here
   const int64_t last =
       config.stop_after > 0 ? std::min(config.stop_after, config.steps) : config.steps;
   for (int64_t step = opt.step() + 1; step <= last; ++step) {
     const WeightCacheStats before = model.cache().stats();
+    const ExpertWireBytes wire_before = model.wire_bytes();
     ResetMemoryPeaks();
     const Clock::time_point t0 = Clock::now();
     StepMetrics m;
     m.step = step;
     for (int64_t micro = 0; micro < config.micro_batches; ++micro) {
+      // Rank r draws the stream micro * W + r: one process draws what it always did.
       const Batch b = SampleBatch(corpus.train, config.model.context, config.batch_size,
-                                  config.seed, step, micro);
+                                  config.seed, step, micro * layout.size + layout.rank);
       const LossParts parts = model.ForwardBackward(b.ids, b.targets, b.batch, grad_scale);
       m.train_loss += parts.loss;
       m.aux_loss += parts.aux;
     }
     m.train_loss /= static_cast<double>(config.micro_batches);
     m.aux_loss /= static_cast<double>(config.micro_batches);
+    if (layout.world != nullptr) {
+      const std::vector<double> mean = MeanOverRanks(layout.world, {m.train_loss, m.aux_loss});
+      m.train_loss = mean[0];
+      m.aux_loss = mean[1];
+    }
     if (!std::isfinite(m.train_loss)) throw NonFiniteLossError(step, m.train_loss);
-    m.grad_norm = ClipGradNorm(model.parameters(), config.clip_norm);
+    SumGradients(model, layout);
+    m.grad_norm = layout.world != nullptr ? ClipGradNormOverRanks(model, layout, config.clip_norm)
+                                          : ClipGradNorm(model.parameters(), config.clip_norm);
     if (!std::isfinite(m.grad_norm)) throw NonFiniteLossError(step, m.grad_norm, "gradient norm");
     m.lr = schedule.At(step);
     opt.Step(m.lr, &model.cache());
@@ -194,6 +412,17 @@ TrainResult Train(const TrainConfig& config, const Corpus& corpus) {
         mem.by_category[static_cast<int>(MemoryCategory::kSavedForBackward)].peak_bytes;
     m.cache_hits = after.hits - before.hits;
     m.cache_misses = after.misses - before.misses;
+    const ExpertWireBytes& wire_after = model.wire_bytes();
+    step_wire.dispatch_forward += wire_after.dispatch_forward - wire_before.dispatch_forward;
+    step_wire.combine_forward += wire_after.combine_forward - wire_before.combine_forward;
+    step_wire.combine_backward += wire_after.combine_backward - wire_before.combine_backward;
+    step_wire.dispatch_backward += wire_after.dispatch_backward - wire_before.dispatch_backward;
+    step_wire.self += wire_after.self - wire_before.self;
+    m.wire_bytes = wire_after.remote() - wire_before.remote();
+    if (layout.world != nullptr) {
+      m.wire_bytes = static_cast<int64_t>(std::llround(
+          MeanOverRanks(layout.world, {static_cast<double>(m.wire_bytes)})[0] * layout.size));
+    }
     for (const LayerPolicy& lp : model.last_policies()) {
       m.inputs_deferred += lp.input == SavePolicy::kDeferred;
       m.weights_deferred += lp.weight == SavePolicy::kDeferred;
@@ -208,12 +437,33 @@ TrainResult Train(const TrainConfig& config, const Corpus& corpus) {
     if (!config.checkpoint_path.empty() &&
         ((config.checkpoint_every > 0 && step % config.checkpoint_every == 0) || step == last)) {
       internal::WriteCheckpoint(config.checkpoint_path, model, opt,
-                                RunMetadata(config, corpus, result.steps));
+                                RunMetadata(config, corpus, layout, result.steps));
     }
     if (config.on_step) config.on_step(m);
   }
 
   result.policies = model.last_policies();
+  if (!step_times.empty()) {
+    std::vector<double> w = {static_cast<double>(step_wire.dispatch_forward),
+                             static_cast<double>(step_wire.combine_forward),
+                             static_cast<double>(step_wire.combine_backward),
+                             static_cast<double>(step_wire.dispatch_backward),
+                             static_cast<double>(step_wire.self)};
+    w = MeanOverRanks(layout.world, w);  // x ranks / steps: per step, every rank's together
+    const double per = static_cast<double>(layout.size) / static_cast<double>(step_times.size());
+    int64_t* out[] = {&result.wire_per_step.dispatch_forward, &result.wire_per_step.combine_forward,
+                      &result.wire_per_step.combine_backward,
+                      &result.wire_per_step.dispatch_backward, &result.wire_per_step.self};
+    for (size_t i = 0; i < w.size(); ++i) *out[i] = std::llround(w[i] * per);
+  }
+  {
+    std::vector<int64_t> wire;
+    for (const StepMetrics& m : result.steps) wire.push_back(m.wire_bytes);
+    if (!wire.empty()) {
+      std::sort(wire.begin(), wire.end());
+      result.wire_bytes_per_step = wire[wire.size() / 2];
+    }
+  }
   for (const StepMetrics& m : result.steps) {
     result.peak_bytes = std::max(result.peak_bytes, m.peak_bytes);
     result.saved_bytes = std::max(result.saved_bytes, m.saved_bytes);

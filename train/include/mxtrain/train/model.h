@@ -28,6 +28,7 @@
 #include <string_view>
 #include <vector>
 
+#include "mxtrain/comm.h"
 #include "mxtrain/grouped_linear.h"
 #include "mxtrain/linear.h"
 #include "mxtrain/parameter.h"
@@ -35,6 +36,10 @@
 #include "mxtrain/weight_cache.h"
 
 namespace mxtrain {
+
+namespace nn {
+struct Permutation;
+}  // namespace nn
 
 struct ModelConfig {
   int64_t vocab = 256;
@@ -70,6 +75,39 @@ struct LayerPolicy {
   std::optional<SavePolicy> weight;
 };
 
+// How tokens reach experts that live in other processes (docs/decisions.md "Expert
+// parallelism").
+enum class ExpertWire : uint8_t {
+  kLocal,  // one process holds every expert: no exchange
+  // Dispatch forward and combine backward in MXFP8 (rowwise codes + E8M0 scales in the
+  // recipe's input / gradient format, quantized once by the sender and read as they are by
+  // the experts' GEMMs); combine forward and dispatch backward in the matmul input's
+  // precision (bf16).
+  kMxfp8,
+  kHighPrecision,  // every exchange in the matmul input's precision (bf16; fp32 for fp32)
+};
+std::string_view Name(ExpertWire wire);             // "local" | "mxfp8" | "hp"
+ExpertWire ParseExpertWire(std::string_view name);  // throws Error naming the value
+
+struct ExpertParallel {
+  // The ranks that share one copy of the experts, rank r holding experts
+  // [r * E / size, (r + 1) * E / size) (not owned; outlives the model). Null: this process
+  // holds them all.
+  Communicator* group = nullptr;
+  // kLocal needs no group or a group of one; kMxfp8 an MXFP8 recipe.
+  ExpertWire wire = ExpertWire::kLocal;
+};
+
+// Bytes the exchanges of expert parallelism sent, since the model was made: to other
+// ranks (the wire) and to this rank itself (a copy), per direction.
+struct ExpertWireBytes {
+  int64_t dispatch_forward = 0, combine_forward = 0, combine_backward = 0, dispatch_backward = 0;
+  int64_t self = 0;  // every direction, to this rank itself
+  int64_t remote() const {
+    return dispatch_forward + combine_forward + combine_backward + dispatch_backward;
+  }
+};
+
 // Losses of one forward pass over a micro-batch.
 struct LossParts {
   double loss = 0;  // mean cross-entropy over the micro-batch's tokens (nats)
@@ -78,9 +116,12 @@ struct LossParts {
 
 class Model {
  public:
-  // Parameters initialized from `seed` (same seed, same values, on any machine); ops use
-  // `recipe` and their own weight cache (reused when the recipe says so).
-  Model(const ModelConfig& config, const Recipe& recipe, uint64_t seed, int threads = 0);
+  // Parameters initialized from `seed` (same seed, same values, on any machine, and each
+  // expert the same whichever rank holds it); ops use `recipe` and their own weight cache
+  // (reused when the recipe says so). With expert parallelism the forward and backward are
+  // collective over ep.group: every rank of it calls them together.
+  Model(const ModelConfig& config, const Recipe& recipe, uint64_t seed, int threads = 0,
+        ExpertParallel ep = {});
   ~Model();
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;
@@ -102,6 +143,11 @@ class Model {
   const std::vector<LayerPolicy>& last_policies() const { return last_policies_; }
   const ModelConfig& config() const { return config_; }
   const Recipe& recipe() const { return recipe_; }
+  // Whether parameters()[i] holds this rank's share of the experts ([E / ep size, ...]).
+  bool is_expert_parameter(size_t i) const { return expert_param_[i]; }
+  int64_t local_experts() const { return local_experts_; }
+  const ExpertParallel& expert_parallel() const { return ep_; }
+  const ExpertWireBytes& wire_bytes() const { return wire_; }
 
  private:
   struct Block;
@@ -109,6 +155,14 @@ class Model {
   void SetRequiresGrad(bool value);
   // What a matmul of this recipe takes: bf16 (fp32 for the fp32 recipe).
   Tensor ToMatmulInput(const Tensor& t) const;
+  // Expert parallelism: the experts of block b over sorted rows xs [T * k, D] (the matmul
+  // input's dtype) that travel to their ranks and back; ys [T * k, D] f32 in xs's order.
+  // tape null: evaluation (nothing saved).
+  Tensor ExchangedExperts(Block& b, const Tensor& xs, const nn::Permutation& perm, Tape* tape,
+                          size_t block);
+  // Its backward: dxs [T * k, D] f32 for dys [T * k, D] f32; expert gradients added into
+  // main_grad per sender, in rank order.
+  Tensor ExchangedExpertsBackward(Block& b, const Tensor& dys, Tape& tape, size_t block);
 
   ModelConfig config_;
   Recipe recipe_;
@@ -120,6 +174,10 @@ class Model {
   std::unique_ptr<Linear> lm_head_;
   std::vector<std::shared_ptr<Parameter>> params_;
   std::vector<LayerPolicy> last_policies_;
+  ExpertParallel ep_;
+  int64_t local_experts_ = 0;
+  std::vector<bool> expert_param_;
+  ExpertWireBytes wire_;
 };
 
 }  // namespace mxtrain

@@ -44,6 +44,9 @@ struct StepMetrics {
   // auto policy's choices; Model::last_policies has them per layer).
   int64_t inputs_deferred = 0;
   int64_t weights_deferred = 0;
+  // Expert parallelism: bytes the step's token exchanges sent between ranks (dispatch and
+  // combine, forward and backward), summed over every rank; 0 in one process.
+  int64_t wire_bytes = 0;
 };
 
 struct TrainConfig {
@@ -71,6 +74,22 @@ struct TrainConfig {
   std::string resume_path;
   // Called after every step (progress reports).
   std::function<void(const StepMetrics&)> on_step;
+
+  // Several processes (docs/training.md "Training on several processes"). `world` null (or
+  // of one rank) trains in this process alone. With W ranks, each draws its own batches
+  // (data parallelism: the global batch is W x micro_batches x batch_size sequences); the
+  // experts are sharded over expert-parallel groups of `expert_parallel` consecutive ranks
+  // (Megatron's EP inside DP), each rank holding n_experts / expert_parallel of them; every
+  // gradient is summed in fp32 in rank order over the ranks that hold the same parameter
+  // (all W for the dense ones, W / expert_parallel for an expert) before the optimizer
+  // step. Train is then collective over `world`: every rank calls it with the same config
+  // (checked: a difference is an Error on every rank) and its own checkpoint path.
+  Communicator* world = nullptr;  // not owned
+  int64_t expert_parallel = 1;
+  // How tokens reach their experts: kLocal (expert_parallel 1: no exchange), kMxfp8 or
+  // kHighPrecision (model.h). kMxfp8 with expert_parallel 1 exchanges within a group of
+  // one: the reference that expert_parallel N repeats bit for bit.
+  ExpertWire wire = ExpertWire::kLocal;
 };
 
 struct TrainResult {
@@ -91,6 +110,14 @@ struct TrainResult {
   // MXFP8 off, or when no step ran here).
   std::vector<LayerPolicy> policies;
   double seconds = 0;  // wall time of the whole run
+  // The layout (1, 1, kLocal in one process), the median of the steps' wire_bytes, and per
+  // exchange the bytes a training step sent (mean over the steps made here, every rank's
+  // together; evaluation's exchanges not counted).
+  int64_t world_size = 1;
+  int64_t expert_parallel = 1;
+  ExpertWire wire = ExpertWire::kLocal;
+  int64_t wire_bytes_per_step = 0;
+  ExpertWireBytes wire_per_step;
 };
 
 // A loss (or gradient norm) that is NaN or Inf: the run stops before updating anything
@@ -110,10 +137,11 @@ TrainResult Train(const TrainConfig& config, const Corpus& corpus);
 
 // Checks that the checkpoint at path can resume `config` on `corpus` (a valid file, the
 // same model, every tensor with its parameter's shape, a step within config.steps, and the
-// same seed, batch size, micro-batches and data, without which the resumed run would not
-// repeat the original) and returns its step; throws Error naming the problem. Train checks as it
-// loads; callers running several runs check every checkpoint before starting any, so that nothing
-// is written when one is bad.
+// same seed, batch size, micro-batches, data and process layout, without which the resumed
+// run would not repeat the original) and returns its step; throws Error naming the problem.
+// Train checks as it loads; callers running several runs check every checkpoint before
+// starting any, so that nothing is written when one is bad. Collective over config.world:
+// every rank checks its own file, and all must be at the same step.
 int64_t CheckCheckpoint(const std::string& path, const TrainConfig& config, const Corpus& corpus);
 
 // The per-step metrics as CSV (a header line, one line per step; doubles with 17

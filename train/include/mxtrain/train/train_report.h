@@ -36,7 +36,10 @@ std::string MakeRunDirectory(const std::string& base);
 // dir/<run name>/ (created if needed) and its checkpoint path,
 // dir/<run name>/checkpoint.safetensors.
 std::string RunSubdirectory(const std::string& dir, const std::string& run_name);
-std::string CheckpointPath(const std::string& dir, const std::string& run_name);
+// A run over several processes keeps one checkpoint per rank:
+// dir/<run name>/checkpoint.rank<r>-of-<world>.safetensors.
+std::string CheckpointPath(const std::string& dir, const std::string& run_name, int rank = 0,
+                           int world_size = 1);
 // dir/<run name>/metrics.csv.
 void WriteRunMetrics(const std::string& dir, const TrainResult& run);
 // dir/summary.json and dir/plot.svg.
