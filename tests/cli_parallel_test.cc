@@ -246,6 +246,41 @@ TEST_F(CliParallelTest, BadSetupsFailOnEveryRankWithoutHanging) {
   }
 }
 
+// `mpirun -n 2 mxtrain bench ep`: one JSON line per layout, then the table. One step, so
+// that every layout routes the same tokens: the ratios are then the closed forms.
+TEST_F(CliParallelTest, BenchEpReportsEveryLayoutWithItsBytes) {
+  const RunResult r = RunRanks(2, {"bench", "ep", "--steps", "1"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  std::istringstream in(r.out);
+  std::vector<internal::Json> lines;
+  for (std::string line; std::getline(in, line);) {
+    if (!line.empty() && line[0] == '{') lines.push_back(internal::ParseJson(line));
+  }
+  ASSERT_EQ(lines.size(), 3u) << r.out;
+  EXPECT_EQ(lines[0].at("layout").get<std::string>(), "ep1");
+  EXPECT_EQ(lines[1].at("layout").get<std::string>(), "ep2-bf16");
+  EXPECT_EQ(lines[2].at("layout").get<std::string>(), "ep2-mxfp8");
+  EXPECT_EQ(lines[0].at("wire_bytes_per_step").get<int64_t>(), 0);
+  for (const internal::Json& j : lines) {
+    EXPECT_GT(j.at("step_ms").get<double>(), 0);
+    EXPECT_EQ(j.at("world_size").get<int64_t>(), 2);
+    EXPECT_EQ(j.at("wire_bytes_per_step").get<int64_t>(),
+              j.at("dispatch_forward_bytes").get<int64_t>() +
+                  j.at("combine_forward_bytes").get<int64_t>() +
+                  j.at("combine_backward_bytes").get<int64_t>() +
+                  j.at("dispatch_backward_bytes").get<int64_t>());
+  }
+  // MXFP8 rows: d_model codes and d_model / 32 scales against 2 * d_model bytes.
+  EXPECT_DOUBLE_EQ(lines[2].at("dispatch_forward_vs_bf16_wire").get<double>(), 33.0 / 64.0);
+  EXPECT_DOUBLE_EQ(lines[2].at("combine_backward_vs_bf16_wire").get<double>(), 33.0 / 64.0);
+  EXPECT_EQ(lines[2].at("combine_forward_bytes").get<int64_t>(),
+            lines[1].at("combine_forward_bytes").get<int64_t>());
+  // Replicated experts sum every gradient over the two ranks; sharded ones only the dense.
+  EXPECT_GT(lines[0].at("grad_sum_bytes_per_step").get<int64_t>(),
+            lines[1].at("grad_sum_bytes_per_step").get<int64_t>());
+  EXPECT_NE(r.out.find("| ep2-mxfp8 |"), std::string::npos) << r.out;
+}
+
 // The pid of the rank `rank` process of a job whose command line mentions `marker`.
 pid_t FindRank(const std::string& marker, int rank) {
   for (const auto& e : fs::directory_iterator("/proc")) {

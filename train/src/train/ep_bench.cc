@@ -40,6 +40,7 @@ std::vector<EpBenchResult> RunEpBench(const TrainConfig& base, const Corpus& cor
     e.step_ms = r.step_ms;
     e.tokens_per_s = r.tokens_per_s;
     e.wire_per_step = r.wire_per_step;
+    e.grad_sum_bytes_per_step = r.grad_sum_bytes_per_step;
     e.final_val_loss = r.final_val_loss;
     out.push_back(e);
   }
@@ -78,6 +79,7 @@ std::string ToJson(const std::vector<EpBenchResult>& results, size_t i) {
   o["combine_forward_bytes"] = b.combine_forward;
   o["combine_backward_bytes"] = b.combine_backward;
   o["dispatch_backward_bytes"] = b.dispatch_backward;
+  o["grad_sum_bytes_per_step"] = r.grad_sum_bytes_per_step;
   o["final_val_loss"] = r.final_val_loss;
   o["step_ms_vs_ep1"] = base != nullptr ? Ratio(r.step_ms, base->step_ms) : 0.0;
   if (bf16 != nullptr && r.wire != ExpertWire::kLocal) {
@@ -97,22 +99,23 @@ std::string EpBenchTable(const std::vector<EpBenchResult>& results) {
   const EpBenchResult* base = Find(results, ExpertWire::kLocal);
   const EpBenchResult* bf16 = Find(results, ExpertWire::kHighPrecision);
   std::string t =
-      "| layout | step (ms) | vs ep1 | wire MB/step | dispatch fwd MB | combine bwd MB | "
-      "bytes vs bf16 wire |\n|---|---|---|---|---|---|---|\n";
+      "| layout | step (ms) | vs ep1 | tokens MB/step | dispatch fwd MB | combine bwd MB | "
+      "token bytes vs bf16 wire | gradient sums MB/step |\n|---|---|---|---|---|---|---|---|\n";
   for (const EpBenchResult& r : results) {
     const ExpertWireBytes& b = r.wire_per_step;
+    char ratio[32] = "-";
+    if (r.wire != ExpertWire::kLocal && bf16 != nullptr) {
+      std::snprintf(ratio, sizeof ratio, "%.3fx",
+                    Ratio(static_cast<double>(b.remote()),
+                          static_cast<double>(bf16->wire_per_step.remote())));
+    }
     char line[256];
-    std::snprintf(line, sizeof line, "| %s | %.1f | %.2fx | %.3f | %.3f | %.3f | %s |\n",
+    std::snprintf(line, sizeof line, "| %s | %.1f | %.2fx | %.3f | %.3f | %.3f | %s | %.3f |\n",
                   r.layout.c_str(), r.step_ms, base ? Ratio(r.step_ms, base->step_ms) : 0.0,
                   static_cast<double>(b.remote()) / 1e6,
                   static_cast<double>(b.dispatch_forward) / 1e6,
-                  static_cast<double>(b.combine_backward) / 1e6,
-                  r.wire == ExpertWire::kLocal || bf16 == nullptr
-                      ? "-"
-                      : StrCat(Ratio(static_cast<double>(b.remote()),
-                                     static_cast<double>(bf16->wire_per_step.remote())))
-                            .substr(0, 5)
-                            .c_str());
+                  static_cast<double>(b.combine_backward) / 1e6, ratio,
+                  static_cast<double>(r.grad_sum_bytes_per_step) / 1e6);
     t += line;
   }
   return t;

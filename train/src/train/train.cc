@@ -346,6 +346,12 @@ TrainResult Train(const TrainConfig& config, const Corpus& corpus) {
   result.recipe = config.recipe;
   result.parameters = model.NumParameters();
   result.world_size = layout.size;
+  for (size_t i = 0; i < model.parameters().size(); ++i) {
+    const Communicator* over = model.is_expert_parameter(i) ? layout.expert_dp.get() : layout.world;
+    const int64_t g = over != nullptr ? over->size() : 1;
+    result.grad_sum_bytes_per_step +=
+        static_cast<int64_t>(model.parameters()[i]->main_grad().NumBytes()) * (g - 1) * layout.size;
+  }
   result.expert_parallel = config.expert_parallel;
   result.wire = config.wire;
   if (!config.resume_path.empty()) {

@@ -23,6 +23,7 @@ struct EpBenchResult {
   double step_ms = 0;  // median over the steps
   double tokens_per_s = 0;
   ExpertWireBytes wire_per_step;  // every rank's together
+  int64_t grad_sum_bytes_per_step = 0;
   double final_val_loss = 0;
 };
 

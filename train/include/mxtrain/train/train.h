@@ -118,6 +118,10 @@ struct TrainResult {
   ExpertWire wire = ExpertWire::kLocal;
   int64_t wire_bytes_per_step = 0;
   ExpertWireBytes wire_per_step;
+  // The bytes the gradient sums send between ranks per step, every rank's together (each
+  // rank sends its gradients to the others of each group it sums over: the communicator's
+  // sum is an all-gather).
+  int64_t grad_sum_bytes_per_step = 0;
 };
 
 // A loss (or gradient norm) that is NaN or Inf: the run stops before updating anything
