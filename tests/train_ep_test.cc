@@ -17,10 +17,13 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <numeric>
 
+#include "mxtrain/quantize.h"
 #include "mxtrain/train/data.h"
 #include "mxtrain/train/model.h"
 #include "mxtrain/train/train.h"
+#include "nn/expert_exchange.h"
 
 namespace mxtrain {
 namespace {
@@ -228,6 +231,59 @@ TEST(ExpertWireLayout, ImpossibleLayoutsAreErrorsNamingThem) {
   EXPECT_THROW(Model(TinyModel(), MakeRecipe(Precision::kMxfp8), 1, 1,
                      ExpertParallel{nullptr, ExpertWire::kMxfp8}),
                Error);
+}
+
+}  // namespace
+}  // namespace mxtrain
+
+namespace mxtrain {
+namespace {
+
+// Two ranks or more (tests/CMakeLists.txt runs this under mpirun -n 2; the one-process
+// entries leave it out): the exchange itself with uneven splits, and rank 1 sending nothing
+// (it still calls every collective, and rank 0 receives nothing from it).
+TEST(ExpertExchangeMultiRank, UnevenSplitsRoundTripAndMxfp8RowsAreTheSendersCodes) {
+  const std::unique_ptr<Communicator> world = WorldCommunicator();
+  ASSERT_EQ(world->size(), 2);
+  const int me = world->rank();
+  constexpr int64_t kLocal = 2, kCols = 64;
+  // Sorted rows per global expert: rank 0 has 3 + 0 for its own experts and 5 + 2 for rank
+  // 1's; rank 1 has none.
+  const std::vector<int64_t> counts =
+      me == 0 ? std::vector<int64_t>{3, 0, 5, 2} : std::vector<int64_t>{0, 0, 0, 0};
+  nn::Permutation perm;
+  perm.counts = counts;
+  const int64_t rows = std::accumulate(counts.begin(), counts.end(), int64_t{0});
+  const nn::ExpertRoute route = nn::ExchangeCounts(*world, perm, kLocal);
+  EXPECT_EQ(route.send_rows, me == 0 ? (std::vector<int64_t>{3, 7}) : (std::vector<int64_t>{0, 0}));
+  EXPECT_EQ(route.recv_rows, me == 0 ? (std::vector<int64_t>{3, 0}) : (std::vector<int64_t>{7, 0}));
+  EXPECT_EQ(route.recv_groups[0].ends(),
+            me == 0 ? (std::vector<int64_t>{3, 3}) : (std::vector<int64_t>{5, 7}));
+  // Rows whose values say where they came from.
+  Tensor x = Tensor::Empty(DType::kBF16, {rows, kCols});
+  for (int64_t i = 0; i < rows * kCols; ++i) {
+    x.mutable_data<uint16_t>()[i] = F32ToBf16(std::ldexp(static_cast<float>(i % 97) - 48, -3));
+  }
+  nn::WireBytes sent;
+  const Tensor there = nn::SendRows(*world, x, route, true, &sent);
+  ASSERT_EQ(there.shape()[0], route.recv_total);
+  EXPECT_EQ(sent.remote, me == 0 ? 7 * kCols * 2 : 0);
+  EXPECT_EQ(sent.local, me == 0 ? 3 * kCols * 2 : 0);
+  const Tensor back = nn::SendRows(*world, there, route, false, nullptr);
+  ASSERT_EQ(back.NumBytes(), x.NumBytes());
+  EXPECT_EQ(std::memcmp(back.raw(), x.raw(), x.NumBytes()), 0) << "round trip";
+  // MXFP8 rows: the receiver gets exactly the sender's codes and scales.
+  const QuantizeOptions q{.format = ElementFormat::kE4M3};
+  const MxTensor local = QuantizeRowwise(x, q);
+  const MxTensor got = nn::SendRows(*world, local, route, true, nullptr);
+  const MxTensor again = nn::SendRows(*world, got, route, false, nullptr);
+  EXPECT_EQ(std::memcmp(again.data().raw(), local.data().raw(), local.data().NumBytes()), 0);
+  EXPECT_EQ(std::memcmp(again.scales().raw(), local.scales().raw(), local.scales().NumBytes()), 0);
+  if (me == 1) {  // rank 1's rows are rank 0's last seven: compare with its own quantization
+    const MxTensor mine = QuantizeRowwise(there, q);
+    EXPECT_EQ(std::memcmp(got.data().raw(), mine.data().raw(), mine.data().NumBytes()), 0);
+    EXPECT_EQ(std::memcmp(got.scales().raw(), mine.scales().raw(), mine.scales().NumBytes()), 0);
+  }
 }
 
 }  // namespace
