@@ -5,7 +5,8 @@
 #   bash scripts/quickstart.sh test   set up, check the formatting, build (dev: ASan + UBSan,
 #                                     warnings as errors) and run every test,
 #                                     then the release build's tests including the
-#                                     exhaustive encoder check and the cpu_caps label, a
+#                                     exhaustive encoder check, the cpu_caps label and
+#                                     the mpi label (two ranks under mpirun), a
 #                                     project built against the installed package
 #                                     (tests/consumer), then ruff over python/ and the
 #                                     Python package's tests against `pip install .` in
