@@ -40,6 +40,18 @@ void InitOnes(Parameter& p) {
   p.MarkModified();
 }
 
+// What the MXFP8 expert wire sends: rows quantized rowwise once, by the sender, in the
+// recipe's format for their role and its scale rule.
+MxTensor ForWire(const Tensor& rows, ElementFormat format, const Recipe& r, int threads,
+                 MemoryCategory category) {
+  QuantizeOptions q;
+  q.format = format;
+  q.rule = r.scale();
+  q.threads = threads;
+  q.category = category;
+  return QuantizeRowwise(rows, q);
+}
+
 Recipe RouterRecipe() {
   RecipeOptions o;
   o.precision = Precision::kFp32;
@@ -402,12 +414,9 @@ Tensor Model::ExchangedExperts(Block& b, const Tensor& xs, const nn::Permutation
   MxTensor rows_mx;
   Tensor rows_hp;
   if (mx) {
-    QuantizeOptions q;
-    q.format = recipe_.input_format();
-    q.rule = recipe_.scale();
-    q.threads = th;
-    q.category = MemoryCategory::kActivation;
-    rows_mx = nn::SendRows(group, QuantizeRowwise(xs, q), route, true, &dispatch);
+    rows_mx = nn::SendRows(
+        group, ForWire(xs, recipe_.input_format(), recipe_, th, MemoryCategory::kActivation), route,
+        true, &dispatch);
   } else {
     rows_hp = nn::SendRows(group, xs, route, true, &dispatch);
   }
@@ -462,12 +471,9 @@ Tensor Model::ExchangedExpertsBackward(Block& b, const Tensor& dys, Tape& tape, 
   MxTensor grads_mx;
   Tensor grads_hp;
   if (mx) {
-    QuantizeOptions q;
-    q.format = recipe_.grad_format();
-    q.rule = recipe_.scale();
-    q.threads = th;
-    q.category = MemoryCategory::kGradient;
-    grads_mx = nn::SendRows(group, QuantizeRowwise(dys_in, q), route, true, &combine);
+    grads_mx = nn::SendRows(
+        group, ForWire(dys_in, recipe_.grad_format(), recipe_, th, MemoryCategory::kGradient),
+        route, true, &combine);
   } else {
     grads_hp = nn::SendRows(group, dys_in, route, true, &combine);
   }
