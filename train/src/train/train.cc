@@ -63,8 +63,10 @@ void ValidateLayout(const TrainConfig& c, int world_size) {
                 c.expert_parallel);
   MXTRAIN_CHECK(world_size % c.expert_parallel == 0, "train: expert parallelism ",
                 c.expert_parallel, " does not divide the job's ", world_size, " process",
-                world_size == 1 ? "" : "es", " (start a multiple of ", c.expert_parallel,
-                " with mpirun -np)");
+                world_size == 1 ? "" : "es",
+                HaveMpi() ? StrCat(" (start a multiple of ", c.expert_parallel, " with mpirun -np)")
+                          : std::string(" (and this mxtrain was built without MPI: configure "
+                                        "with -DMXTRAIN_WITH_MPI=ON)"));
   MXTRAIN_CHECK(c.model.n_experts % c.expert_parallel == 0, "train: ", c.model.n_experts,
                 " experts do not split over ", c.expert_parallel, " expert-parallel ranks");
   MXTRAIN_CHECK(c.expert_parallel == 1 || c.wire != ExpertWire::kLocal, "train: experts on ",
