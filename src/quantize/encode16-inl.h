@@ -84,21 +84,33 @@ HWY_INLINE M16 SlowLanes16(V16 h, V16 slow_below) {
   return hn::Lt(hn::Sub(Abs16(h), hn::Set(D16(), 1)), slow_below);
 }
 
-// The slow-lane tests of a run of vectors, accumulated as the lanes that were fast in every
-// vector so far (start from AllFast16, test with AnySlow16). On AVX-512 each test is one
-// compare masked by the running mask (vpcmpuw with a write mask), so accumulating takes no
-// mask operation of its own (kandn would share port 0 with the encode): Highway 1.0.3 has
-// no compare under a mask, only a compare and then AndNot of the masks.
-HWY_INLINE M16 AllFast16() { return hn::FirstN(D16(), hn::Lanes(D16())); }
-HWY_INLINE M16 StillFast16(M16 fast, V16 h, V16 slow_below) {
+// The slow-lane tests of a run of vectors, accumulated (start from AllFast16, update with
+// StillFast16, test with AnySlow16). On AVX-512 the accumulator is the mask of the lanes
+// that were fast in every vector so far, and each test is one compare masked by it (vpcmpuw
+// with a write mask), so accumulating takes no mask operation of its own (kandn would share
+// port 0 with the encode): Highway 1.0.3 has no compare under a mask, only a compare and
+// then AndNot of the masks. Below AVX-512 there are no mask registers and no unsigned
+// 16-bit compare (Highway's Lt takes two XORs of the sign bit, a compare and then an AndNot
+// of the masks: 5 uops with the decrement); instead slow_below -sat (|h| - 1), nonzero
+// exactly where |h| - 1 < slow_below, is OR-ed into a vector (3 uops), tested once per run.
 #if HWY_TARGET <= HWY_AVX3
+using Fast16 = M16;
+HWY_INLINE Fast16 AllFast16() { return hn::FirstN(D16(), hn::Lanes(D16())); }
+HWY_INLINE Fast16 StillFast16(Fast16 fast, V16 h, V16 slow_below) {
   const V16 below = hn::Sub(Abs16(h), hn::Set(D16(), 1));
   return M16{_mm512_mask_cmp_epu16_mask(fast.raw, below.raw, slow_below.raw, _MM_CMPINT_NLT)};
-#else
-  return hn::AndNot(SlowLanes16(h, slow_below), fast);
-#endif
 }
-HWY_INLINE bool AnySlow16(M16 fast) { return !hn::AllTrue(D16(), fast); }
+HWY_INLINE bool AnySlow16(Fast16 fast) { return !hn::AllTrue(D16(), fast); }
+#else
+using Fast16 = V16;  // nonzero in the lanes that were slow in some vector
+HWY_INLINE Fast16 AllFast16() { return hn::Zero(D16()); }
+HWY_INLINE Fast16 StillFast16(Fast16 slow, V16 h, V16 slow_below) {
+  return hn::Or(slow, hn::SaturatedSub(slow_below, hn::Sub(Abs16(h), hn::Set(D16(), 1))));
+}
+HWY_INLINE bool AnySlow16(Fast16 slow) {
+  return !hn::AllTrue(D16(), hn::Eq(slow, hn::Zero(D16())));
+}
+#endif
 
 // Codes (in the high byte of each lane; the low byte is junk) of 16-bit values h scaled by
 // the per-lane subtrahends `sub` (Enc16::Sub, kRound folded in). `fast` loses the lanes of
@@ -110,7 +122,7 @@ HWY_INLINE bool AnySlow16(M16 fast) { return !hn::AllTrue(D16(), fast); }
 // so that the sign is one bitwise select from h and no shift back is needed (docs/decisions.md,
 // "16-bit quantization lanes").
 template <ElementFormat kFormat, bool kSaturate = true>
-HWY_INLINE V16 Encode16(V16 h, V16 sub, V16 slow_below, M16& fast) {
+HWY_INLINE V16 Encode16(V16 h, V16 sub, V16 slow_below, Fast16& fast) {
   using E = Enc16<kFormat>;
   const D16 d;
   fast = StillFast16(fast, h, slow_below);
@@ -199,8 +211,10 @@ HWY_INLINE void StoreCodes16x2(V16 a, V16 b, uint8_t* out) {
     const hn::Repartition<uint8_t, D16> d8;
     hn::Stream(hn::ConcatOdd(d8, hn::BitCast(d8, b), hn::BitCast(d8, a)), d8, out);
   } else {
-    StoreCodes16(a, out);
-    StoreCodes16(b, out + hn::Lanes(D16()));
+    // One pack of both (shifts, vpackuswb and, on AVX2, vpermq) and one store: two
+    // StoreCodes16 took a shift, vpshufb and vpermq each, and two half stores.
+    const hn::Repartition<uint8_t, D16> d8;
+    hn::StoreU(hn::ConcatOdd(d8, hn::BitCast(d8, b), hn::BitCast(d8, a)), d8, out);
   }
 #endif
 }
@@ -274,7 +288,7 @@ HWY_NOINLINE void EncodeSlow16(const void* base, int64_t index, const uint8_t* l
 // (SlowVectors16 finds them afterwards, outside the hot loop).
 template <bool kBf16, ElementFormat kFormat, size_t kBlocks, bool kSaturate = true>
 HWY_INLINE void EncodeBlocks16(const void* base, int64_t index, const uint32_t* sub2,
-                               const uint32_t* slow2, uint8_t* out, M16& fast) {
+                               const uint32_t* slow2, uint8_t* out, Fast16& fast) {
   const D16 d;
   const size_t n = hn::Lanes(d);
   constexpr size_t kVecs = kBlocks * kBlockVecs16;
@@ -327,7 +341,7 @@ HWY_INLINE void QuantizeBlock16(const void* base, int64_t index, uint8_t scale, 
     return;
   }
   using E = Enc16<kFormat>;
-  M16 fast = AllFast16();
+  Fast16 fast = AllFast16();
   const uint32_t sub2 = E::Sub(scale) * 0x10001u, slow2 = E::SlowBelow(scale) * 0x10001u;
   EncodeBlocks16<kBf16, kFormat, 1>(base, index, &sub2, &slow2, out, fast);
   if (HWY_UNLIKELY(AnySlow16(fast))) {
@@ -370,7 +384,7 @@ HWY_INLINE void EncodeBatch16(const QuantSource& src, int64_t index, VI b, uint8
   // is a load alone.
   asm volatile("" : : "r"(sub), "r"(slow_below) : "memory");
   const void* x = src.x;
-  M16 fast = AllFast16();
+  Fast16 fast = AllFast16();
   constexpr size_t kStep = kLanes % 2 == 0 ? 2 : 1;  // pairs share one pack (StoreCodes16x2)
   for (size_t j = 0; j < kLanes; j += kStep) {
     EncodeBlocks16<kBf16, kFormat, kStep, kSaturate>(x, index + static_cast<int64_t>(j) * kBlock,
