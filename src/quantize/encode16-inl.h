@@ -221,17 +221,17 @@ HWY_INLINE void StoreCodes16x2(V16 a, V16 b, uint8_t* out) {
 
 // Two fp32 vectors (as bits) to one vector of their top 16 bits, rounded to odd: the low
 // 16 bits OR-ed into the lowest kept bit. v + 0xFFFF carries into bit 16 exactly when the
-// low half is nonzero, and a carry always flips bit 16, so bit 16 of v ^ (v + 0xFFFF) is
-// the sticky bit: v | ((v ^ (v + 0xFFFF)) & 0x10000) is an add and one ternary-logic op on
+// low half is nonzero, and a carry flips bit 16, so bit 16 of v + 0xFFFF is bit 16 of v XOR
+// the sticky bit, and v | ((v + 0xFFFF) & 0x10000) has bit 16 of v OR the sticky bit in
+// place (where bit 16 of v is set it stays set): an add and one ternary-logic op on
 // AVX-512, then one byte permute takes the high halves (5 vector uops per 32 elements,
-// where shifting, a min, an OR and vpermt2w took 11).
-// a | ((a ^ b) & c): one vpternlogd on AVX-512, where Highway 1.0.3 has no three-input
-// logic op of this shape (its OrAnd would take a separate Xor).
-HWY_INLINE VU OrXorAnd(VU a, VU b, VU c) {
+// where shifting, a min, an OR and vpermt2w took 11). Elsewhere the OR of an AND is two
+// ops (the form v | ((v ^ (v + 0xFFFF)) & 0x10000), equal to it for all bits, took a third).
+HWY_INLINE VU OrAnd3(VU a, VU b, VU c) {
 #if HWY_TARGET <= HWY_AVX3
-  return VU{_mm512_ternarylogic_epi32(a.raw, b.raw, c.raw, 0xF8)};
+  return VU{_mm512_ternarylogic_epi32(a.raw, b.raw, c.raw, 0xF8)};  // a | (b & c)
 #else
-  return hn::Or(a, hn::And(hn::Xor(a, b), c));
+  return hn::OrAnd(a, b, c);
 #endif
 }
 
@@ -239,7 +239,7 @@ HWY_INLINE V16 NarrowToOdd(VU lo, VU hi) {
   const DU du;
   const auto odd = [&](VU v) {
     const VU carried = hn::Add(v, hn::Set(du, 0xFFFF));
-    return OrXorAnd(v, carried, hn::Set(du, 0x10000));
+    return OrAnd3(v, carried, hn::Set(du, 0x10000));
   };
 #if HWY_TARGET <= HWY_AVX3_DL
   // Bytes 2 and 3 of each 32-bit lane of lo, then of hi.
