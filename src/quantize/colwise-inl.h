@@ -114,7 +114,8 @@ void EncodeColumnStrip16(const QuantSource& src, const ColStrip& strip, ColwiseO
         const M16 slow =
             SlowLanes16(Load16<kBf16>(x, base + v), hn::LoadU(d, slow_below + (v - col0)));
         if (!hn::AllFalse(d, slow)) {
-          EncodeSlow16<kBf16, kFormat>(x, base + v, scales + (v - col0), 0, data + v);
+          EncodeSlowLanes<kBf16, kFormat>(x, base + v, LaneBits16(slow), scales + (v - col0), 0,
+                                          data + v);
         }
       }
     };

@@ -1,6 +1,6 @@
 // The 16-bit encoder (every target but SCALAR): full blocks in 16-bit lanes, twice the
-// lanes per instruction (docs/decisions.md "16-bit quantization lanes"); vectors with a lane
-// it cannot encode exactly go back to the fp32 encoder of encode-inl.h.
+// lanes per instruction (docs/decisions.md "16-bit quantization lanes"); lanes
+// it cannot encode exactly go back to the fp32 encoder of encode-inl.h (EncodeSlowLanes).
 // One of the quantizer's kernel families (quantize_simd.cc compiles them for every target):
 // included once per Highway target, hence the toggling guard of Highway's own -inl.h files.
 #if defined(MXTRAIN_QUANTIZE_ENCODE16_INL_H_) == defined(HWY_TARGET_TOGGLE)
@@ -114,7 +114,7 @@ HWY_INLINE bool AnySlow16(Fast16 slow) {
 
 // Codes (in the high byte of each lane; the low byte is junk) of 16-bit values h scaled by
 // the per-lane subtrahends `sub` (Enc16::Sub, kRound folded in). `fast` loses the lanes of
-// SlowLanes16 (StillFast16): the caller encodes the vectors that had any again with the fp32
+// SlowLanes16 (StillFast16): the caller encodes those lanes again with the fp32
 // encoder. Zero lanes saturate to 0, which rounds to code 0 before the sign. kSaturate: clamp
 // at the largest element; rceil and ceil never exceed it
 // (Exhaustive.RceilAndCeilNeverRoundPastTheLargestElement), so their kernels leave the min
@@ -264,28 +264,44 @@ HWY_INLINE V16 Load16(const void* base, int64_t index) {
   }
 }
 
-// The fp32 encoder for the elements of one 16-bit vector at `index`, each with its column's
-// scale byte lane_scales[i], or all with `scale` (lane_scales == nullptr): the exact path
-// for vectors with lanes the 16-bit encoder may not take.
+// The lanes of a mask as bits (lane i: bit i).
+HWY_INLINE uint64_t LaneBits16(M16 m) {
+  uint8_t bytes[8] = {};
+  hn::StoreMaskBits(D16(), m, bytes);
+  uint64_t bits = 0;
+  for (int i = 7; i >= 0; --i) bits = (bits << 8) | bytes[i];
+  return bits;
+}
+
+// The exact path for the lanes the 16-bit encoder may not take: the fp32 encoder
+// (EncodeV) on the elements index + i for each bit i of `lanes`, one at a time in a 128-bit
+// vector, each with its column's scale byte lane_scales[i], or all with `scale`
+// (lane_scales == nullptr). The other lanes of their vectors keep the 16-bit encoder's
+// codes, which are exact. Redoing whole vectors with the full-width fp32 encoder instead
+// cost 12% of bf16 columnwise time at 4096 x 4096 on AVX-512 (a slow lane in about a third
+// of the rows of Gaussian data): its multiply and add were the kernel's only 512-bit
+// floating-point ops, and the memcpy-style baseline run right after such a kernel was
+// slower too (a lower AVX-512 frequency licence, by all appearances). The branchy scalar
+// encoder (EncodeElement) per lane was slower than this in cache (bf16 dual 256 x 1024:
+// 0.051 against 0.048 ms).
 template <bool kBf16, ElementFormat kFormat>
-HWY_NOINLINE void EncodeSlow16(const void* base, int64_t index, const uint8_t* lane_scales,
-                               uint8_t scale, uint8_t* out) {
-  const size_t n = hn::Lanes(DF());
-  alignas(64) float mult[2 * hn::MaxLanes(DF())];
-  for (size_t i = 0; i < 2 * n; ++i) {
-    mult[i] = E8M0InverseScale(lane_scales != nullptr ? lane_scales[i] : scale);
-  }
-  for (size_t j = 0; j < 2; ++j) {
-    const VF v = LoadF<kBf16>(base, index + static_cast<int64_t>(j * n));
-    StoreCodes(EncodeV<kFormat, /*kFinite=*/true>(hn::Mul(v, hn::Load(DF(), mult + j * n))),
-               out + j * n);
+HWY_NOINLINE void EncodeSlowLanes(const void* base, int64_t index, uint64_t lanes,
+                                  const uint8_t* lane_scales, uint8_t scale, uint8_t* out) {
+  const hn::CappedTag<float, 4> d4;
+  for (; lanes != 0; lanes &= lanes - 1) {
+    const size_t i = hwy::Num0BitsBelowLS1Bit_Nonzero64(lanes);
+    const uint8_t b = lane_scales != nullptr ? lane_scales[i] : scale;
+    const float scaled =
+        LoadScalar<kBf16>(base, index + static_cast<int64_t>(i)) * E8M0InverseScale(b);
+    out[i] = static_cast<uint8_t>(
+        hn::GetLane(EncodeV<kFormat, true, decltype(d4)>(hn::Set(d4, scaled))));
   }
 }
 
 // kBlocks adjacent full blocks of 32 at `index` whose Enc16::Sub and ::SlowBelow are both
 // halves of sub2[j] and slow2[j] (a 32-bit broadcast from memory is a load alone; a 16-bit
 // one also takes a shuffle). The lanes the fp32 encoder must redo are taken out of `fast`
-// (SlowVectors16 finds them afterwards, outside the hot loop).
+// (SlowLanesOfBlock16 finds them afterwards, outside the hot loop).
 template <bool kBf16, ElementFormat kFormat, size_t kBlocks, bool kSaturate = true>
 HWY_INLINE void EncodeBlocks16(const void* base, int64_t index, const uint32_t* sub2,
                                const uint32_t* slow2, uint8_t* out, Fast16& fast) {
@@ -303,34 +319,21 @@ HWY_INLINE void EncodeBlocks16(const void* base, int64_t index, const uint32_t* 
   if constexpr (kVecs % 2 == 1) StoreCodes16(codes[kVecs - 1], out + (kVecs - 1) * n);
 }
 
-// A bit per 16-bit vector of the block at `index` that the fp32 encoder must redo: the
-// slow-lane test of Encode16 alone, run only for blocks whose encode reported any.
+// A bit per lane of the block at `index` that the exact path must redo: the slow-lane test
+// of Encode16 alone, run only for blocks whose encode reported any.
 template <bool kBf16, ElementFormat kFormat>
-HWY_INLINE uint32_t SlowVectors16(const void* base, int64_t index, uint8_t scale) {
+HWY_INLINE uint64_t SlowLanesOfBlock16(const void* base, int64_t index, uint8_t scale) {
   using E = Enc16<kFormat>;
   const D16 d;
   const size_t n = hn::Lanes(d);
-  uint32_t redo = 0;
+  uint64_t redo = 0;
   const V16 slow_below = hn::Set(d, E::SlowBelow(scale));
   for (size_t i = 0; i < kBlockVecs16; ++i) {
     const M16 slow =
         SlowLanes16(Load16<kBf16>(base, index + static_cast<int64_t>(i * n)), slow_below);
-    redo |= static_cast<uint32_t>(!hn::AllFalse(d, slow)) << i;
+    redo |= LaneBits16(slow) << (i * n);
   }
   return redo;
-}
-
-// The fp32 encoder over the vectors of a block that SlowVectors16 flagged.
-template <bool kBf16, ElementFormat kFormat>
-HWY_NOINLINE void RedoSlow16(const void* base, int64_t index, uint8_t scale, uint32_t redo,
-                             uint8_t* out) {
-  const size_t n = hn::Lanes(D16());
-  for (size_t i = 0; i < kBlockVecs16; ++i) {
-    if ((redo >> i) & 1) {
-      EncodeSlow16<kBf16, kFormat>(base, index + static_cast<int64_t>(i * n), nullptr, scale,
-                                   out + i * n);
-    }
-  }
 }
 
 // A full block through the 16-bit encoder, NaN blocks and redos included.
@@ -345,8 +348,8 @@ HWY_INLINE void QuantizeBlock16(const void* base, int64_t index, uint8_t scale, 
   const uint32_t sub2 = E::Sub(scale) * 0x10001u, slow2 = E::SlowBelow(scale) * 0x10001u;
   EncodeBlocks16<kBf16, kFormat, 1>(base, index, &sub2, &slow2, out, fast);
   if (HWY_UNLIKELY(AnySlow16(fast))) {
-    RedoSlow16<kBf16, kFormat>(base, index, scale,
-                               SlowVectors16<kBf16, kFormat>(base, index, scale), out);
+    EncodeSlowLanes<kBf16, kFormat>(
+        base, index, SlowLanesOfBlock16<kBf16, kFormat>(base, index, scale), nullptr, scale, out);
   }
 }
 
@@ -394,8 +397,9 @@ HWY_INLINE void EncodeBatch16(const QuantSource& src, int64_t index, VI b, uint8
   if (HWY_UNLIKELY(AnySlow16(fast))) {
     for (size_t j = 0; j < kLanes; ++j) {
       const int64_t at = index + static_cast<int64_t>(j) * kBlock;
-      const uint32_t redo = SlowVectors16<kBf16, kFormat>(x, at, scales[j]);
-      if (redo != 0) RedoSlow16<kBf16, kFormat>(x, at, scales[j], redo, out + j * kBlock);
+      const uint64_t redo = SlowLanesOfBlock16<kBf16, kFormat>(x, at, scales[j]);
+      if (redo != 0)
+        EncodeSlowLanes<kBf16, kFormat>(x, at, redo, nullptr, scales[j], out + j * kBlock);
     }
   }
 }
