@@ -67,10 +67,10 @@ void EncodeColumnStrip16(const QuantSource& src, const ColStrip& strip, ColwiseO
   for (int64_t r = strip.row0; r < strip.row0 + strip.num_rows; ++r) {
     const int64_t base = r * cols;
     uint8_t* data = out.data + base;
-    M16 fast = AllFast16();
+    Fast16 fast = AllFast16();
     int64_t c = col0;
     if (groups_per_row == 0) ahead.Issue(per_row);
-    const auto encode = [&](int64_t at, M16& acc) {
+    const auto encode = [&](int64_t at, Fast16& acc) {
       return Encode16<kFormat, kSaturate>(Load16<kBf16>(x, base + at),
                                           hn::LoadU(d, sub + (at - col0)),
                                           hn::LoadU(d, slow_below + (at - col0)), acc);
@@ -84,7 +84,7 @@ void EncodeColumnStrip16(const QuantSource& src, const ColStrip& strip, ColwiseO
     int num_flagged = 0;
     bool all_groups = false;  // more flagged groups than `flagged` holds
     for (; c + kGroup * n <= col1; c += kGroup * n) {
-      M16 group_fast = AllFast16();
+      Fast16 group_fast = AllFast16();
       ahead.Issue<kGroupAhead>();
       for (int64_t i = 0; i < kGroup; i += 2) {  // pairs share one pack (StoreCodes16x2)
         const int64_t at = c + i * n;
@@ -114,7 +114,8 @@ void EncodeColumnStrip16(const QuantSource& src, const ColStrip& strip, ColwiseO
         const M16 slow =
             SlowLanes16(Load16<kBf16>(x, base + v), hn::LoadU(d, slow_below + (v - col0)));
         if (!hn::AllFalse(d, slow)) {
-          EncodeSlow16<kBf16, kFormat>(x, base + v, scales + (v - col0), 0, data + v);
+          EncodeSlowLanes<kBf16, kFormat>(x, base + v, LaneBits16(slow), scales + (v - col0), 0,
+                                          data + v);
         }
       }
     };

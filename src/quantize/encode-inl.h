@@ -56,10 +56,12 @@ HWY_INLINE VI AbsBits(VF v) { return hn::And(hn::BitCast(DI(), v), hn::Set(DI(),
 // The element encoder of NUMERICS.md §1 on fp32 lanes; codes in the low byte of each lane.
 // kFinite: the caller guarantees finite lanes (a quantized block whose scale is not NaN), so
 // the NaN and Inf selects are left out of the hot loop.
-template <ElementFormat kFormat, bool kFinite>
-HWY_INLINE VI EncodeV(VF v) {
-  const DI di;
-  const DF df;
+// D: the fp32 tag (DF but for the slow lanes of the 16-bit encoder, EncodeSlowLanes).
+template <ElementFormat kFormat, bool kFinite, class D = DF>
+HWY_INLINE hn::Vec<hn::RebindToSigned<D>> EncodeV(hn::Vec<D> v) {
+  const hn::RebindToSigned<D> di;
+  const D df;
+  using VI = hn::Vec<hn::RebindToSigned<D>>;
   constexpr bool kE4M3 = kFormat == ElementFormat::kE4M3;
   constexpr int kMan = kE4M3 ? 3 : 2;
   constexpr int32_t kMaxBits = kE4M3 ? 0x43E00000 : 0x47600000;        // 448 | 57344

@@ -1,6 +1,6 @@
 // The 16-bit encoder (every target but SCALAR): full blocks in 16-bit lanes, twice the
-// lanes per instruction (docs/decisions.md "16-bit quantization lanes"); vectors with a lane
-// it cannot encode exactly go back to the fp32 encoder of encode-inl.h.
+// lanes per instruction (docs/decisions.md "16-bit quantization lanes"); lanes
+// it cannot encode exactly go back to the fp32 encoder of encode-inl.h (EncodeSlowLanes).
 // One of the quantizer's kernel families (quantize_simd.cc compiles them for every target):
 // included once per Highway target, hence the toggling guard of Highway's own -inl.h files.
 #if defined(MXTRAIN_QUANTIZE_ENCODE16_INL_H_) == defined(HWY_TARGET_TOGGLE)
@@ -84,25 +84,37 @@ HWY_INLINE M16 SlowLanes16(V16 h, V16 slow_below) {
   return hn::Lt(hn::Sub(Abs16(h), hn::Set(D16(), 1)), slow_below);
 }
 
-// The slow-lane tests of a run of vectors, accumulated as the lanes that were fast in every
-// vector so far (start from AllFast16, test with AnySlow16). On AVX-512 each test is one
-// compare masked by the running mask (vpcmpuw with a write mask), so accumulating takes no
-// mask operation of its own (kandn would share port 0 with the encode): Highway 1.0.3 has
-// no compare under a mask, only a compare and then AndNot of the masks.
-HWY_INLINE M16 AllFast16() { return hn::FirstN(D16(), hn::Lanes(D16())); }
-HWY_INLINE M16 StillFast16(M16 fast, V16 h, V16 slow_below) {
+// The slow-lane tests of a run of vectors, accumulated (start from AllFast16, update with
+// StillFast16, test with AnySlow16). On AVX-512 the accumulator is the mask of the lanes
+// that were fast in every vector so far, and each test is one compare masked by it (vpcmpuw
+// with a write mask), so accumulating takes no mask operation of its own (kandn would share
+// port 0 with the encode): Highway 1.0.3 has no compare under a mask, only a compare and
+// then AndNot of the masks. Below AVX-512 there are no mask registers and no unsigned
+// 16-bit compare (Highway's Lt takes two XORs of the sign bit, a compare and then an AndNot
+// of the masks: 5 uops with the decrement); instead slow_below -sat (|h| - 1), nonzero
+// exactly where |h| - 1 < slow_below, is OR-ed into a vector (3 uops), tested once per run.
 #if HWY_TARGET <= HWY_AVX3
+using Fast16 = M16;
+HWY_INLINE Fast16 AllFast16() { return hn::FirstN(D16(), hn::Lanes(D16())); }
+HWY_INLINE Fast16 StillFast16(Fast16 fast, V16 h, V16 slow_below) {
   const V16 below = hn::Sub(Abs16(h), hn::Set(D16(), 1));
   return M16{_mm512_mask_cmp_epu16_mask(fast.raw, below.raw, slow_below.raw, _MM_CMPINT_NLT)};
-#else
-  return hn::AndNot(SlowLanes16(h, slow_below), fast);
-#endif
 }
-HWY_INLINE bool AnySlow16(M16 fast) { return !hn::AllTrue(D16(), fast); }
+HWY_INLINE bool AnySlow16(Fast16 fast) { return !hn::AllTrue(D16(), fast); }
+#else
+using Fast16 = V16;  // nonzero in the lanes that were slow in some vector
+HWY_INLINE Fast16 AllFast16() { return hn::Zero(D16()); }
+HWY_INLINE Fast16 StillFast16(Fast16 slow, V16 h, V16 slow_below) {
+  return hn::Or(slow, hn::SaturatedSub(slow_below, hn::Sub(Abs16(h), hn::Set(D16(), 1))));
+}
+HWY_INLINE bool AnySlow16(Fast16 slow) {
+  return !hn::AllTrue(D16(), hn::Eq(slow, hn::Zero(D16())));
+}
+#endif
 
 // Codes (in the high byte of each lane; the low byte is junk) of 16-bit values h scaled by
 // the per-lane subtrahends `sub` (Enc16::Sub, kRound folded in). `fast` loses the lanes of
-// SlowLanes16 (StillFast16): the caller encodes the vectors that had any again with the fp32
+// SlowLanes16 (StillFast16): the caller encodes those lanes again with the fp32
 // encoder. Zero lanes saturate to 0, which rounds to code 0 before the sign. kSaturate: clamp
 // at the largest element; rceil and ceil never exceed it
 // (Exhaustive.RceilAndCeilNeverRoundPastTheLargestElement), so their kernels leave the min
@@ -110,7 +122,7 @@ HWY_INLINE bool AnySlow16(M16 fast) { return !hn::AllTrue(D16(), fast); }
 // so that the sign is one bitwise select from h and no shift back is needed (docs/decisions.md,
 // "16-bit quantization lanes").
 template <ElementFormat kFormat, bool kSaturate = true>
-HWY_INLINE V16 Encode16(V16 h, V16 sub, V16 slow_below, M16& fast) {
+HWY_INLINE V16 Encode16(V16 h, V16 sub, V16 slow_below, Fast16& fast) {
   using E = Enc16<kFormat>;
   const D16 d;
   fast = StillFast16(fast, h, slow_below);
@@ -199,25 +211,27 @@ HWY_INLINE void StoreCodes16x2(V16 a, V16 b, uint8_t* out) {
     const hn::Repartition<uint8_t, D16> d8;
     hn::Stream(hn::ConcatOdd(d8, hn::BitCast(d8, b), hn::BitCast(d8, a)), d8, out);
   } else {
-    StoreCodes16(a, out);
-    StoreCodes16(b, out + hn::Lanes(D16()));
+    // One pack of both (shifts, vpackuswb and, on AVX2, vpermq) and one store: two
+    // StoreCodes16 took a shift, vpshufb and vpermq each, and two half stores.
+    const hn::Repartition<uint8_t, D16> d8;
+    hn::StoreU(hn::ConcatOdd(d8, hn::BitCast(d8, b), hn::BitCast(d8, a)), d8, out);
   }
 #endif
 }
 
 // Two fp32 vectors (as bits) to one vector of their top 16 bits, rounded to odd: the low
 // 16 bits OR-ed into the lowest kept bit. v + 0xFFFF carries into bit 16 exactly when the
-// low half is nonzero, and a carry always flips bit 16, so bit 16 of v ^ (v + 0xFFFF) is
-// the sticky bit: v | ((v ^ (v + 0xFFFF)) & 0x10000) is an add and one ternary-logic op on
+// low half is nonzero, and a carry flips bit 16, so bit 16 of v + 0xFFFF is bit 16 of v XOR
+// the sticky bit, and v | ((v + 0xFFFF) & 0x10000) has bit 16 of v OR the sticky bit in
+// place (where bit 16 of v is set it stays set): an add and one ternary-logic op on
 // AVX-512, then one byte permute takes the high halves (5 vector uops per 32 elements,
-// where shifting, a min, an OR and vpermt2w took 11).
-// a | ((a ^ b) & c): one vpternlogd on AVX-512, where Highway 1.0.3 has no three-input
-// logic op of this shape (its OrAnd would take a separate Xor).
-HWY_INLINE VU OrXorAnd(VU a, VU b, VU c) {
+// where shifting, a min, an OR and vpermt2w took 11). Elsewhere the OR of an AND is two
+// ops (the form v | ((v ^ (v + 0xFFFF)) & 0x10000), equal to it for all bits, took a third).
+HWY_INLINE VU OrAnd3(VU a, VU b, VU c) {
 #if HWY_TARGET <= HWY_AVX3
-  return VU{_mm512_ternarylogic_epi32(a.raw, b.raw, c.raw, 0xF8)};
+  return VU{_mm512_ternarylogic_epi32(a.raw, b.raw, c.raw, 0xF8)};  // a | (b & c)
 #else
-  return hn::Or(a, hn::And(hn::Xor(a, b), c));
+  return hn::OrAnd(a, b, c);
 #endif
 }
 
@@ -225,7 +239,7 @@ HWY_INLINE V16 NarrowToOdd(VU lo, VU hi) {
   const DU du;
   const auto odd = [&](VU v) {
     const VU carried = hn::Add(v, hn::Set(du, 0xFFFF));
-    return OrXorAnd(v, carried, hn::Set(du, 0x10000));
+    return OrAnd3(v, carried, hn::Set(du, 0x10000));
   };
 #if HWY_TARGET <= HWY_AVX3_DL
   // Bytes 2 and 3 of each 32-bit lane of lo, then of hi.
@@ -250,31 +264,47 @@ HWY_INLINE V16 Load16(const void* base, int64_t index) {
   }
 }
 
-// The fp32 encoder for the elements of one 16-bit vector at `index`, each with its column's
-// scale byte lane_scales[i], or all with `scale` (lane_scales == nullptr): the exact path
-// for vectors with lanes the 16-bit encoder may not take.
+// The lanes of a mask as bits (lane i: bit i).
+HWY_INLINE uint64_t LaneBits16(M16 m) {
+  uint8_t bytes[8] = {};
+  hn::StoreMaskBits(D16(), m, bytes);
+  uint64_t bits = 0;
+  for (int i = 7; i >= 0; --i) bits = (bits << 8) | bytes[i];
+  return bits;
+}
+
+// The exact path for the lanes the 16-bit encoder may not take: the fp32 encoder
+// (EncodeV) on the elements index + i for each bit i of `lanes`, one at a time in a 128-bit
+// vector, each with its column's scale byte lane_scales[i], or all with `scale`
+// (lane_scales == nullptr). The other lanes of their vectors keep the 16-bit encoder's
+// codes, which are exact. Redoing whole vectors with the full-width fp32 encoder instead
+// cost 12% of bf16 columnwise time at 4096 x 4096 on AVX-512 (a slow lane in about a third
+// of the rows of Gaussian data): its multiply and add were the kernel's only 512-bit
+// floating-point ops, and the memcpy-style baseline run right after such a kernel was
+// slower too (a lower AVX-512 frequency licence, by all appearances). The branchy scalar
+// encoder (EncodeElement) per lane was slower than this in cache (bf16 dual 256 x 1024:
+// 0.051 against 0.048 ms).
 template <bool kBf16, ElementFormat kFormat>
-HWY_NOINLINE void EncodeSlow16(const void* base, int64_t index, const uint8_t* lane_scales,
-                               uint8_t scale, uint8_t* out) {
-  const size_t n = hn::Lanes(DF());
-  alignas(64) float mult[2 * hn::MaxLanes(DF())];
-  for (size_t i = 0; i < 2 * n; ++i) {
-    mult[i] = E8M0InverseScale(lane_scales != nullptr ? lane_scales[i] : scale);
-  }
-  for (size_t j = 0; j < 2; ++j) {
-    const VF v = LoadF<kBf16>(base, index + static_cast<int64_t>(j * n));
-    StoreCodes(EncodeV<kFormat, /*kFinite=*/true>(hn::Mul(v, hn::Load(DF(), mult + j * n))),
-               out + j * n);
+HWY_NOINLINE void EncodeSlowLanes(const void* base, int64_t index, uint64_t lanes,
+                                  const uint8_t* lane_scales, uint8_t scale, uint8_t* out) {
+  const hn::CappedTag<float, 4> d4;
+  for (; lanes != 0; lanes &= lanes - 1) {
+    const size_t i = hwy::Num0BitsBelowLS1Bit_Nonzero64(lanes);
+    const uint8_t b = lane_scales != nullptr ? lane_scales[i] : scale;
+    const float scaled =
+        LoadScalar<kBf16>(base, index + static_cast<int64_t>(i)) * E8M0InverseScale(b);
+    out[i] = static_cast<uint8_t>(
+        hn::GetLane(EncodeV<kFormat, true, decltype(d4)>(hn::Set(d4, scaled))));
   }
 }
 
 // kBlocks adjacent full blocks of 32 at `index` whose Enc16::Sub and ::SlowBelow are both
 // halves of sub2[j] and slow2[j] (a 32-bit broadcast from memory is a load alone; a 16-bit
 // one also takes a shuffle). The lanes the fp32 encoder must redo are taken out of `fast`
-// (SlowVectors16 finds them afterwards, outside the hot loop).
+// (SlowLanesOfBlock16 finds them afterwards, outside the hot loop).
 template <bool kBf16, ElementFormat kFormat, size_t kBlocks, bool kSaturate = true>
 HWY_INLINE void EncodeBlocks16(const void* base, int64_t index, const uint32_t* sub2,
-                               const uint32_t* slow2, uint8_t* out, M16& fast) {
+                               const uint32_t* slow2, uint8_t* out, Fast16& fast) {
   const D16 d;
   const size_t n = hn::Lanes(d);
   constexpr size_t kVecs = kBlocks * kBlockVecs16;
@@ -289,34 +319,21 @@ HWY_INLINE void EncodeBlocks16(const void* base, int64_t index, const uint32_t* 
   if constexpr (kVecs % 2 == 1) StoreCodes16(codes[kVecs - 1], out + (kVecs - 1) * n);
 }
 
-// A bit per 16-bit vector of the block at `index` that the fp32 encoder must redo: the
-// slow-lane test of Encode16 alone, run only for blocks whose encode reported any.
+// A bit per lane of the block at `index` that the exact path must redo: the slow-lane test
+// of Encode16 alone, run only for blocks whose encode reported any.
 template <bool kBf16, ElementFormat kFormat>
-HWY_INLINE uint32_t SlowVectors16(const void* base, int64_t index, uint8_t scale) {
+HWY_INLINE uint64_t SlowLanesOfBlock16(const void* base, int64_t index, uint8_t scale) {
   using E = Enc16<kFormat>;
   const D16 d;
   const size_t n = hn::Lanes(d);
-  uint32_t redo = 0;
+  uint64_t redo = 0;
   const V16 slow_below = hn::Set(d, E::SlowBelow(scale));
   for (size_t i = 0; i < kBlockVecs16; ++i) {
     const M16 slow =
         SlowLanes16(Load16<kBf16>(base, index + static_cast<int64_t>(i * n)), slow_below);
-    redo |= static_cast<uint32_t>(!hn::AllFalse(d, slow)) << i;
+    redo |= LaneBits16(slow) << (i * n);
   }
   return redo;
-}
-
-// The fp32 encoder over the vectors of a block that SlowVectors16 flagged.
-template <bool kBf16, ElementFormat kFormat>
-HWY_NOINLINE void RedoSlow16(const void* base, int64_t index, uint8_t scale, uint32_t redo,
-                             uint8_t* out) {
-  const size_t n = hn::Lanes(D16());
-  for (size_t i = 0; i < kBlockVecs16; ++i) {
-    if ((redo >> i) & 1) {
-      EncodeSlow16<kBf16, kFormat>(base, index + static_cast<int64_t>(i * n), nullptr, scale,
-                                   out + i * n);
-    }
-  }
 }
 
 // A full block through the 16-bit encoder, NaN blocks and redos included.
@@ -327,12 +344,12 @@ HWY_INLINE void QuantizeBlock16(const void* base, int64_t index, uint8_t scale, 
     return;
   }
   using E = Enc16<kFormat>;
-  M16 fast = AllFast16();
+  Fast16 fast = AllFast16();
   const uint32_t sub2 = E::Sub(scale) * 0x10001u, slow2 = E::SlowBelow(scale) * 0x10001u;
   EncodeBlocks16<kBf16, kFormat, 1>(base, index, &sub2, &slow2, out, fast);
   if (HWY_UNLIKELY(AnySlow16(fast))) {
-    RedoSlow16<kBf16, kFormat>(base, index, scale,
-                               SlowVectors16<kBf16, kFormat>(base, index, scale), out);
+    EncodeSlowLanes<kBf16, kFormat>(
+        base, index, SlowLanesOfBlock16<kBf16, kFormat>(base, index, scale), nullptr, scale, out);
   }
 }
 
@@ -370,7 +387,7 @@ HWY_INLINE void EncodeBatch16(const QuantSource& src, int64_t index, VI b, uint8
   // is a load alone.
   asm volatile("" : : "r"(sub), "r"(slow_below) : "memory");
   const void* x = src.x;
-  M16 fast = AllFast16();
+  Fast16 fast = AllFast16();
   constexpr size_t kStep = kLanes % 2 == 0 ? 2 : 1;  // pairs share one pack (StoreCodes16x2)
   for (size_t j = 0; j < kLanes; j += kStep) {
     EncodeBlocks16<kBf16, kFormat, kStep, kSaturate>(x, index + static_cast<int64_t>(j) * kBlock,
@@ -380,8 +397,9 @@ HWY_INLINE void EncodeBatch16(const QuantSource& src, int64_t index, VI b, uint8
   if (HWY_UNLIKELY(AnySlow16(fast))) {
     for (size_t j = 0; j < kLanes; ++j) {
       const int64_t at = index + static_cast<int64_t>(j) * kBlock;
-      const uint32_t redo = SlowVectors16<kBf16, kFormat>(x, at, scales[j]);
-      if (redo != 0) RedoSlow16<kBf16, kFormat>(x, at, scales[j], redo, out + j * kBlock);
+      const uint64_t redo = SlowLanesOfBlock16<kBf16, kFormat>(x, at, scales[j]);
+      if (redo != 0)
+        EncodeSlowLanes<kBf16, kFormat>(x, at, redo, nullptr, scales[j], out + j * kBlock);
     }
   }
 }
