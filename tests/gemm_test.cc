@@ -96,6 +96,11 @@ TEST_P(GemmPerPath, ExtremeScalesTakeTheExactPath) {
     ExpectWithinBound(MxGemm(o.x_row, o.w_row), o.x_row, o.w_row,
                       StrCat(path, " fprop ", r[0], " ", r[2]));
     ExpectWithinBound(MxGemm(o.x_row, o.w_row), o.x_row, o.w_row, StrCat(path, " fprop ", r[0]));
+    // Columnwise operands (their scale statistics take the other branch).
+    ExpectWithinBound(MxGemm(o.dy_row, o.w_col), o.dy_row, o.w_col,
+                      StrCat(path, " dgrad ", r[0], " ", r[2]));
+    ExpectWithinBound(MxGemm(o.dy_col, o.x_col), o.dy_col, o.x_col,
+                      StrCat(path, " wgrad ", r[0], " ", r[2]));
   }
   // One tiny row among normal ones: only its tiles go exact, results still in bound.
   std::vector<float> v = RandomValues(32 * 64, 9, -1, 1);
@@ -115,6 +120,16 @@ TEST_P(GemmPerPath, NaNBlocksPropagate) {
   for (int64_t i = 0; i < 40; ++i) {
     for (int64_t j = 0; j < 20; ++j) {
       EXPECT_EQ(std::isnan(c.data<float>()[i * 20 + j]), i == 7) << path << " " << i << "," << j;
+    }
+  }
+  // Columnwise: the NaN block (rows 0-31 of column 40) makes column 40 of the wgrad NaN.
+  const MxTensor x_col = QuantizeColumnwise(MakeF32({40, 96}, v), {});
+  const MxTensor dy_col =
+      QuantizeColumnwise(MakeF32({40, 20}, RandomValues(40 * 20, 23, -1, 1)), {});
+  const Tensor dw = MxGemm(dy_col, x_col);
+  for (int64_t j = 0; j < 20; ++j) {
+    for (int64_t k = 0; k < 96; ++k) {
+      EXPECT_EQ(std::isnan(dw.data<float>()[j * 96 + k]), k == 40) << path << " " << j << "," << k;
     }
   }
 }

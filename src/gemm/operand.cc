@@ -76,19 +76,29 @@ RowScaleStats RowScaleStats::Of(const GemmOperand& op, int threads) {
         has_zero[f] = zero;
       }
     } else {
-      uint8_t* mn = st.min_scale.data();
-      uint8_t* mx = st.max_scale.data();
-      uint8_t* nan = st.has_nan.data();
-      uint8_t* zero = has_zero.data();
+      // Written so that GCC vectorizes it (it kept the conditional form scalar, 3.9% of an
+      // MXFP8 training step under the AVX2 caps): restrict, because byte pointers alias
+      // anything; masks for the excluded scales (a NaN or zero scale is 255 for the
+      // minimum, a NaN scale 0 for the maximum); min / max on values, not std::min's
+      // references.
+      uint8_t* __restrict mn = st.min_scale.data();
+      uint8_t* __restrict mx = st.max_scale.data();
+      uint8_t* __restrict nan = st.has_nan.data();
+      uint8_t* __restrict zero = has_zero.data();
       for (int64_t kb = 0; kb < op.blocks; ++kb) {
-        const uint8_t* sc = op.scales + kb * op.free;
+        const uint8_t* __restrict sc = op.scales + kb * op.free;
 #pragma omp simd
         for (int64_t f = f0; f < f1; ++f) {
           const uint8_t b = sc[f];
-          nan[f] |= static_cast<uint8_t>(b == kE8M0NaN);
-          zero[f] |= static_cast<uint8_t>(b == 0);
-          mn[f] = std::min<uint8_t>(mn[f], b == 0 || b == kE8M0NaN ? 255 : b);
-          mx[f] = std::max<uint8_t>(mx[f], b == kE8M0NaN ? 0 : b);
+          const auto is_nan = static_cast<uint8_t>(b == kE8M0NaN);
+          const auto is_zero = static_cast<uint8_t>(b == 0);
+          nan[f] |= is_nan;
+          zero[f] |= is_zero;
+          const auto lo = static_cast<uint8_t>(b | static_cast<uint8_t>(0 - (is_nan | is_zero)));
+          const auto hi = static_cast<uint8_t>(b & static_cast<uint8_t>(is_nan - 1));
+          const uint8_t lo0 = mn[f], hi0 = mx[f];
+          mn[f] = lo < lo0 ? lo : lo0;
+          mx[f] = hi > hi0 ? hi : hi0;
         }
       }
     }
