@@ -195,4 +195,15 @@ int RunReportingErrors(const std::function<int()>& body) {
   return 2;
 }
 
+int RunAbortingJobOnError(Communicator& world, const std::function<int()>& body) {
+  try {
+    return body();
+  } catch (const std::exception& e) {
+    PrintError(StrCat("rank ", world.rank(), " of ", world.size(), ": ", e.what()));
+    std::fflush(stderr);
+    world.Abort(2);
+  }
+  return 2;  // not reached: Abort ends the process
+}
+
 }  // namespace mxtrain::cli

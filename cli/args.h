@@ -16,6 +16,8 @@
 #include <utility>
 #include <vector>
 
+#include "mxtrain/comm.h"
+
 namespace mxtrain::cli {
 
 struct FlagSpec {
@@ -63,6 +65,10 @@ std::pair<int64_t, int64_t> ParseShape2(std::string_view text, std::string_view 
 // Runs body and turns an Error (or any exception) into "mxtrain: error: <message>" on one
 // line of stderr and exit code 2.
 int RunReportingErrors(const std::function<int()>& body);
+// For a command run on several processes: an exception on this rank prints "mxtrain:
+// error: rank r of W: <message>" and ends the whole job (Communicator::Abort, exit code 2),
+// so that no rank waits for this one in a collective.
+int RunAbortingJobOnError(Communicator& world, const std::function<int()>& body);
 void PrintError(std::string_view message);
 // A name or value kept for one release after a rename: "mxtrain: deprecated: <message>" on
 // one line of stderr; the command goes on.

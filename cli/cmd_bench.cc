@@ -175,7 +175,7 @@ int RunEpBenchCommand(const ParsedArgs& args) {
   MXTRAIN_CHECK(LaunchedWorldSize() > 1,
                 "bench ep needs several processes: mpirun -np 2 mxtrain bench ep");
   const std::unique_ptr<Communicator> world = WorldCommunicator();
-  try {
+  return RunAbortingJobOnError(*world, [&] {
     TrainConfig c;
     c.model = ModelConfig::Preset(args.Get("model", "tiny"));
     c.recipe = Recipe::Make(RecipeOptions{});
@@ -192,12 +192,7 @@ int RunEpBenchCommand(const ParsedArgs& args) {
       std::cout << EpBenchTable(results) << std::flush;
     }
     return 0;
-  } catch (const std::exception& e) {
-    PrintError(StrCat("rank ", world->rank(), " of ", world->size(), ": ", e.what()));
-    std::fflush(stderr);
-    world->Abort(2);
-  }
-  return 2;  // not reached: Abort ends the process
+  });
 }
 
 }  // namespace

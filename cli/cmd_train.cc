@@ -442,14 +442,7 @@ int RunTrain(const std::vector<std::string>& argv) {
     if (world == nullptr) return Train(args, nullptr);
     // Several processes: a rank that fails ends the job, so that no rank waits for it in a
     // collective; an error every rank meets before training (bad flags) is printed by each.
-    try {
-      return Train(args, world.get());
-    } catch (const std::exception& e) {
-      PrintError(StrCat("rank ", world->rank(), " of ", world->size(), ": ", e.what()));
-      std::fflush(stderr);
-      world->Abort(2);
-    }
-    return 2;  // not reached: Abort ends the process
+    return RunAbortingJobOnError(*world, [&] { return Train(args, world.get()); });
   });
 }
 
