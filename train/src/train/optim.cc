@@ -27,16 +27,20 @@ double ClipGradNorm(const std::vector<std::shared_ptr<Parameter>>& params, doubl
     for (int64_t i = 0; i < n; ++i) ss += static_cast<double>(g[i]) * g[i];
   }
   const double norm = std::sqrt(ss);
-  if (max_norm > 0 && norm > max_norm && std::isfinite(norm)) {
-    const float scale = static_cast<float>(max_norm / norm);
-    for (const auto& p : params) {
-      if (!p->has_main_grad()) continue;
-      float* g = p->main_grad().data<float>();
-      const int64_t n = p->main_grad().NumElements();
-      for (int64_t i = 0; i < n; ++i) g[i] *= scale;
-    }
-  }
+  ClipGradsToNorm(params, norm, max_norm);
   return norm;
+}
+
+void ClipGradsToNorm(const std::vector<std::shared_ptr<Parameter>>& params, double norm,
+                     double max_norm) {
+  if (!(max_norm > 0 && norm > max_norm && std::isfinite(norm))) return;
+  const float scale = static_cast<float>(max_norm / norm);
+  for (const auto& p : params) {
+    if (!p->has_main_grad()) continue;
+    float* g = p->main_grad().data<float>();
+    const int64_t n = p->main_grad().NumElements();
+    for (int64_t i = 0; i < n; ++i) g[i] *= scale;
+  }
 }
 
 AdamW::AdamW(std::vector<std::shared_ptr<Parameter>> params, AdamWOptions options)

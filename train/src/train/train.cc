@@ -123,8 +123,8 @@ void CheckSameSettings(Communicator& w, const std::string& lines) {
   }
 }
 
-// Collective: the mean over ranks of each value, summed in rank order.
-std::vector<double> MeanOverRanks(Communicator* w, std::vector<double> v) {
+// Collective: the sum over ranks of each value, in rank order (one process: the values).
+std::vector<double> SumOverRanks(Communicator* w, std::vector<double> v) {
   if (w == nullptr) return v;
   const std::vector<uint8_t> all = w->AllGather(std::span<const uint8_t>(
       reinterpret_cast<const uint8_t*>(v.data()), v.size() * sizeof(double)));
@@ -133,8 +133,16 @@ std::vector<double> MeanOverRanks(Communicator* w, std::vector<double> v) {
   for (size_t i = 0; i < v.size(); ++i) {
     double sum = 0;
     for (int r = 0; r < w->size(); ++r) sum += each[r * v.size() + i];
-    v[i] = sum / static_cast<double>(w->size());
+    v[i] = sum;
   }
+  return v;
+}
+
+// Collective: the mean over ranks of each value.
+std::vector<double> MeanOverRanks(Communicator* w, std::vector<double> v) {
+  if (w == nullptr) return v;
+  v = SumOverRanks(w, std::move(v));
+  for (double& x : v) x /= static_cast<double>(w->size());
   return v;
 }
 
@@ -152,7 +160,7 @@ void SumGradients(Model& model, const Layout& l) {
 // Collective: the global gradient norm of a run over several processes, summed in one
 // order whatever the layout: parameter by parameter, an expert tensor expert by expert
 // (each expert's sum of squares in double, gathered over the expert-parallel group), then
-// the grads scaled as ClipGradNorm does.
+// the grads scaled as ClipGradNorm scales them.
 double ClipGradNormOverRanks(Model& model, const Layout& l, double max_norm) {
   const auto& params = model.parameters();
   double ss = 0;
@@ -178,13 +186,7 @@ double ClipGradNormOverRanks(Model& model, const Layout& l, double max_norm) {
     for (double x : part) ss += x;
   }
   const double norm = std::sqrt(ss);
-  if (max_norm > 0 && norm > max_norm && std::isfinite(norm)) {
-    const float scale = static_cast<float>(max_norm / norm);
-    for (const auto& p : params) {
-      float* g = p->main_grad().mutable_data<float>();
-      for (int64_t i = 0; i < p->main_grad().NumElements(); ++i) g[i] *= scale;
-    }
-  }
+  ClipGradsToNorm(params, norm, max_norm);
   return norm;
 }
 
@@ -420,17 +422,10 @@ TrainResult Train(const TrainConfig& config, const Corpus& corpus) {
         mem.by_category[static_cast<int>(MemoryCategory::kSavedForBackward)].peak_bytes;
     m.cache_hits = after.hits - before.hits;
     m.cache_misses = after.misses - before.misses;
-    const ExpertWireBytes& wire_after = model.wire_bytes();
-    step_wire.dispatch_forward += wire_after.dispatch_forward - wire_before.dispatch_forward;
-    step_wire.combine_forward += wire_after.combine_forward - wire_before.combine_forward;
-    step_wire.combine_backward += wire_after.combine_backward - wire_before.combine_backward;
-    step_wire.dispatch_backward += wire_after.dispatch_backward - wire_before.dispatch_backward;
-    step_wire.self += wire_after.self - wire_before.self;
-    m.wire_bytes = wire_after.remote() - wire_before.remote();
-    if (layout.world != nullptr) {
-      m.wire_bytes = static_cast<int64_t>(std::llround(
-          MeanOverRanks(layout.world, {static_cast<double>(m.wire_bytes)})[0] * layout.size));
-    }
+    const ExpertWireBytes sent = model.wire_bytes() - wire_before;
+    step_wire += sent;
+    m.wire_bytes =
+        std::llround(SumOverRanks(layout.world, {static_cast<double>(sent.remote())})[0]);
     for (const LayerPolicy& lp : model.last_policies()) {
       m.inputs_deferred += lp.input == SavePolicy::kDeferred;
       m.weights_deferred += lp.weight == SavePolicy::kDeferred;
@@ -457,8 +452,8 @@ TrainResult Train(const TrainConfig& config, const Corpus& corpus) {
                              static_cast<double>(step_wire.combine_backward),
                              static_cast<double>(step_wire.dispatch_backward),
                              static_cast<double>(step_wire.self)};
-    w = MeanOverRanks(layout.world, w);  // x ranks / steps: per step, every rank's together
-    const double per = static_cast<double>(layout.size) / static_cast<double>(step_times.size());
+    w = SumOverRanks(layout.world, w);  // every rank's together, then per step
+    const double per = 1.0 / static_cast<double>(step_times.size());
     int64_t* out[] = {&result.wire_per_step.dispatch_forward, &result.wire_per_step.combine_forward,
                       &result.wire_per_step.combine_backward,
                       &result.wire_per_step.dispatch_backward, &result.wire_per_step.self};

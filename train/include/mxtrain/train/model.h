@@ -106,6 +106,20 @@ struct ExpertWireBytes {
   int64_t remote() const {
     return dispatch_forward + combine_forward + combine_backward + dispatch_backward;
   }
+  // Field by field: the bytes between two readings, and their sum.
+  ExpertWireBytes operator-(const ExpertWireBytes& o) const {
+    return {dispatch_forward - o.dispatch_forward, combine_forward - o.combine_forward,
+            combine_backward - o.combine_backward, dispatch_backward - o.dispatch_backward,
+            self - o.self};
+  }
+  ExpertWireBytes& operator+=(const ExpertWireBytes& o) {
+    dispatch_forward += o.dispatch_forward;
+    combine_forward += o.combine_forward;
+    combine_backward += o.combine_backward;
+    dispatch_backward += o.dispatch_backward;
+    self += o.self;
+    return *this;
+  }
 };
 
 // Losses of one forward pass over a micro-batch.

@@ -38,6 +38,10 @@ struct LrSchedule {
 // sqrt of the sum of squares of every main_grad (summed in double, in order); when above
 // max_norm (> 0), scales every main_grad by max_norm / norm. Returns the norm before.
 double ClipGradNorm(const std::vector<std::shared_ptr<Parameter>>& params, double max_norm);
+// The scaling half, for a norm computed elsewhere (over several processes): when norm is
+// finite and above max_norm (> 0), every main_grad times max_norm / norm.
+void ClipGradsToNorm(const std::vector<std::shared_ptr<Parameter>>& params, double norm,
+                     double max_norm);
 
 class AdamW {
  public:
