@@ -67,16 +67,7 @@ class CliParallelTest : public testing_util::CliFixture {
       cmd += ' ';
       cmd += Quote(a);
     }
-    return Shell(cmd);
-  }
-  RunResult Shell(const std::string& cmd) const {
-    const std::string full = cmd + " >" + base_ + "/io/stdout 2>" + base_ + "/io/stderr";
-    const int status = std::system(full.c_str());
-    RunResult r;
-    r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 1000 + status;
-    r.out = ReadBytes(base_ + "/io/stdout");
-    r.err = ReadBytes(base_ + "/io/stderr");
-    return r;
+    return RunShell(cmd);
   }
   // A tiny run over two ranks into out/<dir>; returns its one run's summary.
   internal::Json Train2(const std::string& dir, std::vector<std::string> extra) const {
@@ -238,7 +229,7 @@ TEST_F(CliParallelTest, BadSetupsFailOnEveryRankWithoutHanging) {
       cmd += StrCat(" --expert-parallel 2 --steps ", steps, " --out ", Quote(Out("mismatch")));
       if (steps[0] == '3') cmd += " :";
     }
-    const RunResult r = Shell(cmd);
+    const RunResult r = RunShell(cmd);
     EXPECT_NE(r.code, 0);
     EXPECT_NE(r.code, 124) << "timed out";
     EXPECT_NE(r.err.find("rank 1 was started with steps=4, rank 0 with steps=3"), std::string::npos)

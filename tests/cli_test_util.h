@@ -133,8 +133,13 @@ class CliFixture : public ::testing::Test {
       cmd += ' ';
       cmd += Quote(a);
     }
-    cmd += " >" + base_ + "/io/stdout 2>" + base_ + "/io/stderr";
-    const int status = std::system(cmd.c_str());
+    return RunShell(cmd);
+  }
+
+  // A whole shell command line (quoted by the caller), its output captured like Run's.
+  RunResult RunShell(const std::string& cmd) const {
+    const std::string full = cmd + " >" + base_ + "/io/stdout 2>" + base_ + "/io/stderr";
+    const int status = std::system(full.c_str());
     RunResult r;
     r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 1000 + status;
     r.out = ReadBytes(base_ + "/io/stdout");
