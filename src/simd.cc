@@ -1,13 +1,11 @@
 #include "mxtrain/simd.h"
 
-#include <cpuid.h>
 #include <hwy/targets.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
-#include <cstring>
 #include <mutex>
 
 #include "mxtrain/error.h"
@@ -84,19 +82,6 @@ bool SimdCapAllows(int64_t target) {
   std::lock_guard<std::mutex> lock(g_mutex);
   CapTargetsLocked();
   return g_cap == 0 || target >= g_cap;
-}
-
-bool StreamingStoresPay() {
-  static const bool amd = [] {
-    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-    if (!__get_cpuid(0, &eax, &ebx, &ecx, &edx)) return false;
-    char vendor[12];
-    std::memcpy(vendor, &ebx, 4);
-    std::memcpy(vendor + 4, &edx, 4);
-    std::memcpy(vendor + 8, &ecx, 4);
-    return std::memcmp(vendor, "AuthenticAMD", 12) == 0;
-  }();
-  return amd;
 }
 
 int64_t L2CacheBytes() {

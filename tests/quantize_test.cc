@@ -274,7 +274,10 @@ TEST(CodeStores, ExplicitChoicesHoldAndAutoStreamsOnlyLargeTensors) {
     EXPECT_TRUE(StreamsColumnwiseCodes(*x, WithStores({}, CodeStores::kStreaming)));
   }
   EXPECT_FALSE(StreamsColumnwiseCodes(small, {}));
-  // kAuto on a large tensor follows the CPU: whichever it is, the bytes are the same.
+  EXPECT_TRUE(StreamsColumnwiseCodes(large, {}));
+  const Tensor just_below = Tensor::Empty(DType::kBF16, {kStreamCodesMinBytes / 3 / 1024, 1024});
+  EXPECT_FALSE(StreamsColumnwiseCodes(just_below, {}));
+  // Streamed or not, the bytes are the same.
   const Tensor x = MakeBf16({2048, 4096}, EdgeMix(2048 * 4096, 31));
   const MxTensor auto_q = QuantizeColumnwise(x, {});
   ExpectSame(auto_q, QuantizeColumnwise(x, WithStores({}, CodeStores::kCached)), "auto vs cached");

@@ -24,11 +24,12 @@ namespace mxtrain {
 // written; the bytes are the same either way. Non-temporal stores skip reading every
 // output line before writing it and keep the codes out of the caches: right for a tensor
 // far larger than the caches whose codes are read much later (a saved activation), wrong
-// for one a GEMM reads next from L2. kAuto streams on CPUs where it was measured to pay
-// (AMD Zen 4) once input and codes together reach kStreamCodesMinBytes: on Zen 4 streaming
-// lost below ~2 MiB and won 1.2-1.4x from 6 MiB up, with nothing reading the codes; the
-// threshold sits above that so that codes a consumer could still find in L3 stay cached
-// (docs/decisions.md, "Streamed columnwise codes").
+// for one a GEMM reads next from L2. kAuto streams once input and codes together reach
+// kStreamCodesMinBytes, on every CPU: streaming lost below ~2 MiB and won from 6 MiB up on
+// AMD Zen 4 (bf16 4096 x 4096, 2 threads: 1.50 -> 1.11 ms) and on Sapphire Rapids
+// (1.61-1.77 -> 1.31-1.42 ms on three days out of four); the threshold sits above that so
+// that codes a consumer could still find in L3 stay cached (docs/decisions.md, "Columnwise
+// codes streamed from 8 MiB, on every CPU").
 enum class CodeStores { kAuto, kCached, kStreaming };
 inline constexpr int64_t kStreamCodesMinBytes = int64_t{8} << 20;
 std::string_view Name(CodeStores stores);  // "auto" | "cached" | "streaming"

@@ -215,7 +215,7 @@ bool StreamsColumnwiseCodes(const Tensor& x, const QuantizeOptions& options) {
       break;
   }
   const int64_t bytes = x.NumElements() * static_cast<int64_t>(DTypeSize(x.dtype()) + 1);
-  return bytes >= kStreamCodesMinBytes && internal::StreamingStoresPay();
+  return bytes >= kStreamCodesMinBytes;
 }
 
 MxTensor QuantizeRowwise(const Tensor& x, const QuantizeOptions& options) {
