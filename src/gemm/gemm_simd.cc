@@ -11,7 +11,8 @@
 //
 // Packing decodes each FP8 code to fp32 with its block's E8M0 scale folded in, which is
 // exact for the exact-safe tiles this path computes (operand.h); other tiles go to the
-// driver's exact path. The register tile is kMr rows x 2 vectors: 6 x 16 on AVX2 (12 of 16
+// driver's exact path. Columnwise operands (dgrad's B, both of wgrad's) are packed K step
+// by K step across all the panels of a block, decoded a vector at a time from the bits. The register tile is kMr rows x 2 vectors: 6 x 16 on AVX2 (12 of 16
 // ymm accumulators, FMA latency 4-5 x 2 ports needs >= 10 independent chains), 14 x 32 on
 // AVX-512 (28 of 32 zmm). Per K step it loads 2 B vectors and broadcasts kMr A values.
 // Each C element is summed K chunk by K chunk in a fixed order (C = C + chunk sum), so the
@@ -27,6 +28,7 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <vector>
 
 #include "gemm/kernels.h"
 
@@ -54,7 +56,12 @@ constexpr int64_t kABlockBytes = 200 * 1024;
 // Columns per B panel: at most 4096 (4 MiB of fp32 at kKc = 256), so that it stays in L3.
 constexpr int64_t kNcMax = 4096;
 
-int64_t Nr() { return 2 * static_cast<int64_t>(hn::Lanes(D())); }
+// Columns of the register tile: 2 vectors.
+constexpr int64_t kNr = 2 * static_cast<int64_t>(hn::MaxLanes(D()));
+int64_t Nr() {
+  MXTRAIN_DCHECK(kNr == 2 * static_cast<int64_t>(hn::Lanes(D())));  // x86: fixed widths
+  return kNr;
+}
 
 // C[kMr x kNr] (row stride ldc) = acc (add: C + acc), acc = A micro-panel . B micro-panel
 // over kc K steps; a: [kc][kMr], b: [kc][kNr], both 64-byte aligned.
@@ -75,7 +82,9 @@ HWY_INLINE void MicroKernel(const float* HWY_RESTRICT a, const float* HWY_RESTRI
     hwy::Prefetch(c + r * ldc);
     hwy::Prefetch(c + r * ldc + 2 * n - 1);
   }
+#pragma GCC unroll 4
   for (int64_t k = 0; k < kc; ++k) {
+    hwy::Prefetch(a + k * kMr + 128);
     const V b0 = hn::Load(d, b + k * 2 * n);
     const V b1 = hn::Load(d, b + k * 2 * n + n);
 #pragma GCC unroll 16
@@ -113,52 +122,123 @@ struct DecodeTables {
 // Rows (or K steps) ahead of the one packed whose codes are prefetched.
 constexpr int64_t kAhead = 8;
 
-// Logical rows [f0, f0 + width) of an operand over K [k0, k0 + kc) as dst[k][width]
-// (decoded, scales folded in); rows past op.free and K past op.s are zero.
+// Lanes() codes and their scale bytes to fp32 with the scale folded in, as the tables
+// give them (value[code] * scale[byte], the same two exact factors and the same product),
+// built from the bits: a normal code's exponent and mantissa shifted into place and
+// rebased, a subnormal one (exponent field 0) converted from its integer mantissa and
+// scaled, the sign OR-ed in. No denormal is formed on the way, so a caller's
+// flush-to-zero or denormals-are-zero mode changes nothing. False, and nothing stored,
+// if any lane is a NaN or infinity code or a scale byte of 0 or 255 (the tables handle
+// those lanes).
+template <ElementFormat kFormat>
+HWY_INLINE bool DecodeScaled(const uint8_t* HWY_RESTRICT codes, const uint8_t* HWY_RESTRICT scales,
+                             float* HWY_RESTRICT out) {
+  const D d;
+  const hn::RebindToSigned<D> di;
+  const hn::Rebind<uint8_t, D> d8;
+  constexpr bool kE4M3 = kFormat == ElementFormat::kE4M3;
+  constexpr int kMantBits = kE4M3 ? 3 : 2;
+  constexpr int kBias = kE4M3 ? 7 : 15;
+  // Magnitudes from here on are infinity or NaN: E4M3 has only NaN (0x7F), E5M2 infinity
+  // (0x7C) and NaN (0x7D-0x7F).
+  constexpr int kFirstSpecial = kE4M3 ? 0x7F : 0x7C;
+  const auto c = hn::PromoteTo(di, hn::LoadU(d8, codes));
+  const auto b = hn::PromoteTo(di, hn::LoadU(d8, scales));
+  const auto mag = hn::And(c, hn::Set(di, 0x7F));
+  const auto special = hn::Or(hn::Gt(mag, hn::Set(di, kFirstSpecial - 1)),
+                              hn::Or(hn::Eq(b, hn::Zero(di)), hn::Eq(b, hn::Set(di, 0xFF))));
+  if (HWY_UNLIKELY(!hn::AllFalse(di, special))) return false;
+  // Normal: exponent field e and mantissa m at fp32's mantissa top, exponent rebased by
+  // 127 - kBias. Subnormal (e = 0): m * 2^(1 - kBias - kMantBits), exact in fp32.
+  const auto normal_bits =
+      hn::Add(hn::ShiftLeft<23 - kMantBits>(mag), hn::Set(di, (127 - kBias) << 23));
+  const V sub = hn::Mul(hn::ConvertTo(d, mag), hn::Set(d, 1.0f / (1 << (kBias - 1 + kMantBits))));
+  const auto is_sub = hn::RebindMask(d, hn::Lt(mag, hn::Set(di, 1 << kMantBits)));
+  const V magnitude = hn::IfThenElse(is_sub, sub, hn::BitCast(d, normal_bits));
+  const V value =
+      hn::Or(magnitude, hn::BitCast(d, hn::ShiftLeft<24>(hn::And(c, hn::Set(di, 0x80)))));
+  hn::StoreU(hn::Mul(value, hn::BitCast(d, hn::ShiftLeft<23>(b))), d, out);
+  return true;
+}
+
+// count values of one K step of a columnwise operand (codes and their scale bytes
+// contiguous): vectors until a lane needs the tables, the tables for the rest.
+template <ElementFormat kFormat>
+HWY_INLINE void DecodeRow(const uint8_t* codes, const uint8_t* scales, int64_t count,
+                          const DecodeTables& t, float* out) {
+  const int64_t n = static_cast<int64_t>(hn::Lanes(D()));
+  int64_t w = 0;
+  for (; w + n <= count; w += n) {
+    if (!DecodeScaled<kFormat>(codes + w, scales + w, out + w)) break;
+  }
+  for (; w < count; ++w) out[w] = t.value[codes[w]] * t.scale[scales[w]];
+}
+
+// Micro-panels [f0 + p kPw, f0 + (p + 1) kPw) for p < panels of a columnwise operand over
+// K [k0, k0 + kc), each as dst[p kKc kPw + k kPw + i] (the layout of PackPanel, below),
+// K step by K step: each step's codes of all the panels are one run of a storage row, read
+// once and in order through `row` (panels x kPw floats), where a panel at a time crossed
+// kc rows per panel, one line each. Rows past op.free and K past op.s are zero.
+template <int64_t kPw>
+void PackColumnwise(const GemmOperand& op, const DecodeTables& t, int64_t f0, int64_t panels,
+                    int64_t k0, int64_t kc, float* HWY_RESTRICT dst, float* HWY_RESTRICT row) {
+  MXTRAIN_DCHECK(op.contract_rows && k0 % kMxBlock == 0 && k0 < op.s);
+  MXTRAIN_DCHECK(0 <= f0 && f0 < op.free && panels > 0 && 0 < kc && kc <= kKc);
+  const int64_t k_end = std::min(kc, op.s - k0);
+  const int64_t span = std::min(panels * kPw, op.free - f0);
+  std::fill(row + span, row + panels * kPw, 0.0f);
+  for (int64_t k = 0; k < kc; ++k) {
+    if (k < k_end) {
+      const uint8_t* codes = op.data + (k0 + k) * op.free + f0;
+      const uint8_t* scales = op.scales + ((k0 + k) / kMxBlock) * op.free + f0;
+      if (k + kAhead < k_end) {
+        for (int64_t l = 0; l < span; l += 64) hwy::Prefetch(codes + kAhead * op.free + l);
+      }
+      if ((k0 + k + kAhead) % kMxBlock == 0 && k + kAhead < k_end) {  // the next scale row
+        for (int64_t l = 0; l < span; l += 64) hwy::Prefetch(scales + op.free + l);
+      }
+      if (op.format == ElementFormat::kE4M3) {
+        DecodeRow<ElementFormat::kE4M3>(codes, scales, span, t, row);
+      } else {
+        DecodeRow<ElementFormat::kE5M2>(codes, scales, span, t, row);
+      }
+    } else {
+      std::fill(row, row + span, 0.0f);
+    }
+    for (int64_t p = 0; p < panels; ++p) {
+      std::memcpy(dst + p * kKc * kPw + k * kPw, row + p * kPw, kPw * sizeof(float));
+    }
+  }
+}
+
+// Logical rows [f0, f0 + width) of a rowwise operand over K [k0, k0 + kc) as
+// dst[k][width] (decoded, scales folded in); rows past op.free and K past op.s are zero.
 void PackPanel(const GemmOperand& op, const DecodeTables& t, int64_t f0, int64_t width, int64_t k0,
                int64_t kc, float* HWY_RESTRICT dst) {
   MXTRAIN_DCHECK(k0 % kMxBlock == 0 && k0 < op.s);  // one scale per 32 codes from k0 on
   MXTRAIN_DCHECK(0 <= f0 && f0 < op.free && width > 0 && 0 < kc && kc <= kKc);
+  MXTRAIN_DCHECK(!op.contract_rows);
   const int64_t k_end = std::min(kc, op.s - k0);  // valid K steps
-  if (!op.contract_rows) {
-    // Rowwise storage: each row's codes are contiguous along K.
-    for (int64_t w = 0; w < width; ++w) {
-      const int64_t f = f0 + w;
-      if (f >= op.free) {
-        for (int64_t k = 0; k < kc; ++k) dst[k * width + w] = 0.0f;
-        continue;
-      }
-      const uint8_t* codes = op.data + f * op.s + k0;
-      const uint8_t* scales = op.scales + f * op.blocks;
-      // A row's codes for one chunk are only 4 cache lines, too short a stream for the
-      // hardware prefetchers: fetch those of the row kAhead rows on.
-      if (f + kAhead < op.free) {
-        for (int64_t l = 0; l < k_end; l += 64) hwy::Prefetch(codes + kAhead * op.s + l);
-      }
-      // k0 is a multiple of the MX block: one scale per 32 codes.
-      for (int64_t kb = 0; kb < k_end; kb += kMxBlock) {
-        const float scale = t.scale[scales[(k0 + kb) / kMxBlock]];
-        const int64_t kb_end = std::min(k_end, kb + kMxBlock);
-        for (int64_t k = kb; k < kb_end; ++k) dst[k * width + w] = t.value[codes[k]] * scale;
-      }
-      for (int64_t k = k_end; k < kc; ++k) dst[k * width + w] = 0.0f;
-    }
-    return;
-  }
-  // Columnwise storage: each K step's codes are contiguous along the free axis.
-  const int64_t w_end = std::min(width, op.free - f0);
-  for (int64_t k = 0; k < kc; ++k) {
-    float* out = dst + k * width;
-    if (k >= k_end) {
-      std::memset(out, 0, static_cast<size_t>(width) * sizeof(float));
+  for (int64_t w = 0; w < width; ++w) {
+    const int64_t f = f0 + w;
+    if (f >= op.free) {
+      for (int64_t k = 0; k < kc; ++k) dst[k * width + w] = 0.0f;
       continue;
     }
-    const uint8_t* codes = op.data + (k0 + k) * op.free + f0;
-    const uint8_t* scales = op.scales + ((k0 + k) / kMxBlock) * op.free + f0;
-    // Each K step reads one new line: fetch the one kAhead steps on.
-    if (k + kAhead < k_end) hwy::Prefetch(codes + kAhead * op.free);
-    for (int64_t w = 0; w < w_end; ++w) out[w] = t.value[codes[w]] * t.scale[scales[w]];
-    for (int64_t w = w_end; w < width; ++w) out[w] = 0.0f;
+    const uint8_t* codes = op.data + f * op.s + k0;
+    const uint8_t* scales = op.scales + f * op.blocks;
+    // A row's codes for one chunk are only 4 cache lines, too short a stream for the
+    // hardware prefetchers: fetch those of the row kAhead rows on.
+    if (f + kAhead < op.free) {
+      for (int64_t l = 0; l < k_end; l += 64) hwy::Prefetch(codes + kAhead * op.s + l);
+    }
+    // k0 is a multiple of the MX block: one scale per 32 codes.
+    for (int64_t kb = 0; kb < k_end; kb += kMxBlock) {
+      const float scale = t.scale[scales[(k0 + kb) / kMxBlock]];
+      const int64_t kb_end = std::min(k_end, kb + kMxBlock);
+      for (int64_t k = kb; k < kb_end; ++k) dst[k * width + w] = t.value[codes[k]] * scale;
+    }
+    for (int64_t k = k_end; k < kc; ++k) dst[k * width + w] = 0.0f;
   }
 }
 
@@ -185,6 +265,8 @@ void RunGemm(const GemmProblem& p, std::vector<uint8_t>& skipped) {
     Tensor a_pack = Tensor::Empty(DType::kF32, {mc_panels * kMr * kKc}, MemoryCategory::kWorkspace);
     float* ap = a_pack.mutable_data<float>();
     alignas(64) float edge[kMr * 2 * HWY_MAX_BYTES / sizeof(float)];
+    // One K step of the columnwise panels this thread packs (PackColumnwise).
+    std::vector<float> step(static_cast<size_t>(std::max(nc_panels * nr, mc_panels * kMr)));
     const int64_t rp0 = split_rows ? row_panels * t / team : 0;
     const int64_t rp1 = split_rows ? row_panels * (t + 1) / team : row_panels;
     for (int64_t jc = 0; jc < col_panels; jc += nc_panels) {
@@ -194,14 +276,29 @@ void RunGemm(const GemmProblem& p, std::vector<uint8_t>& skipped) {
       for (int64_t k0 = 0; k0 < s; k0 += kKc) {
         const int64_t kc = std::min(kKc, s - k0);
         const bool add = k0 > 0 || !p.overwrite;
+        if (p.b.contract_rows) {
+          // This thread's share of the panel, as a static schedule would give it.
+          const int64_t j0 = jc + (jc_end - jc) * t / team,
+                        j1 = jc + (jc_end - jc) * (t + 1) / team;
+          if (j0 < j1) {
+            PackColumnwise<kNr>(p.b, tb, j0 * nr, j1 - j0, k0, kc, bp + (j0 - jc) * kKc * nr,
+                                step.data());
+          }
+#pragma omp barrier
+        } else {
 #pragma omp for schedule(static)
-        for (int64_t jp = jc; jp < jc_end; ++jp) {
-          PackPanel(p.b, tb, jp * nr, nr, k0, kc, bp + (jp - jc) * kKc * nr);
+          for (int64_t jp = jc; jp < jc_end; ++jp) {
+            PackPanel(p.b, tb, jp * nr, nr, k0, kc, bp + (jp - jc) * kKc * nr);
+          }
         }
         for (int64_t ic = rp0; ic < rp1; ic += mc_panels) {
           const int64_t ic_end = std::min(rp1, ic + mc_panels);
-          for (int64_t ip = ic; ip < ic_end; ++ip) {
-            PackPanel(p.a, ta, ip * kMr, kMr, k0, kc, ap + (ip - ic) * kKc * kMr);
+          if (p.a.contract_rows) {
+            PackColumnwise<kMr>(p.a, ta, ic * kMr, ic_end - ic, k0, kc, ap, step.data());
+          } else {
+            for (int64_t ip = ic; ip < ic_end; ++ip) {
+              PackPanel(p.a, ta, ip * kMr, kMr, k0, kc, ap + (ip - ic) * kKc * kMr);
+            }
           }
           const auto tile = [&](int64_t ip, int64_t jp) {
             if (!block_ok[ip * blocks_j + jp]) return;
