@@ -114,6 +114,10 @@ QuantizeBench::QuantizeBench(const QuantizeBenchCase& c) : case_(c) {
   QuantizeOptions o;
   o.code_stores = c.code_stores;
   streams_ = c.kind != QuantizeKind::kRowwise && StreamsColumnwiseCodes(input_, o);
+  // Dual's output is its rowwise half (codes, scales) and then its columnwise half.
+  const int64_t rowwise_half =
+      c.kind == QuantizeKind::kDual ? c.m * c.k + c.m * CeilDiv(c.k, 32) : 0;
+  streamed_from_ = streams_ ? rowwise_half : output_bytes_;
 }
 
 void QuantizeBench::RunKernel(bool other_stores) {
@@ -156,15 +160,20 @@ void QuantizeBench::RunBaseline() {
       acc ^= word;
     }
     sink ^= acc;
-    // This piece's share of the output, copied from the piece just read.
-    const int64_t out_begin = output_bytes_ * begin / in_bytes;
-    const int64_t out_end = output_bytes_ * (begin + len) / in_bytes;
-    for (int64_t o = out_begin; o < out_end; o += len) {
-      const int64_t n = std::min(len, out_end - o);
-      if (streams_) {
-        StreamCopy(dst + o, in + begin, n);
-      } else {
-        std::memcpy(dst + o, in + begin, static_cast<size_t>(n));
+    // This piece's share of each part of the output (the cached part, then the streamed
+    // one: each thread writes both, as the kernels do), copied from the piece just read.
+    const int64_t parts[2][2] = {{0, streamed_from_}, {streamed_from_, output_bytes_}};
+    for (int part = 0; part < 2; ++part) {
+      const int64_t size = parts[part][1] - parts[part][0];
+      const int64_t out_begin = parts[part][0] + size * begin / in_bytes;
+      const int64_t out_end = parts[part][0] + size * (begin + len) / in_bytes;
+      for (int64_t o = out_begin; o < out_end; o += len) {
+        const int64_t n = std::min(len, out_end - o);
+        if (part == 1) {
+          StreamCopy(dst + o, in + begin, n);
+        } else {
+          std::memcpy(dst + o, in + begin, static_cast<size_t>(n));
+        }
       }
     }
   }

@@ -51,8 +51,10 @@ class QuantizeBench {
   // Whether the case's kernel streams its columnwise codes (StreamsColumnwiseCodes).
   bool streams() const { return streams_; }
   // Reads every input byte and writes as many output bytes as the kernel writes, in
-  // 64 KiB pieces split over the same number of threads; with non-temporal stores when the
-  // kernel streams its codes, so that the ratio stays one against the same memory traffic.
+  // 64 KiB pieces split over the same number of threads; the bytes the kernel writes with
+  // non-temporal stores (its columnwise codes and scales, when it streams them; never the
+  // rowwise half of dual) with non-temporal stores too, so that the ratio stays one
+  // against the same memory traffic.
   void RunBaseline();
   int64_t input_bytes() const { return input_.NumBytes(); }
   int64_t output_bytes() const { return output_bytes_; }
@@ -63,6 +65,8 @@ class QuantizeBench {
   GroupList groups_;
   int64_t output_bytes_ = 0;
   bool streams_ = false;
+  // The output bytes from here on are the ones the baseline streams (output_bytes_: none).
+  int64_t streamed_from_ = 0;
   Tensor baseline_out_;
   uint64_t sink_ = 0;
 };
