@@ -8,7 +8,8 @@
 // A pair broadcast against a row of B pairs per instruction). Blocking, shared by both: a thread
 // owns a column item of C at a time, as many 32-column panels as 1 MiB of their B tiles
 // holds for a K chunk of up to 2048 (at least 2 panels), and sweeps its 32-row panels of A
-// past them; C is loaded and stored once per chunk. Long chunks matter more than wide items
+// past them; C is loaded and stored once per chunk, and with threads splitting the rows
+// every item takes a chunk before any takes the next, so that a chunk of A stays in L3. Long chunks matter more than wide items
 // here: every C switch drains the tile pipeline (docs/decisions.md, "AMX blocking").
 //
 // Written with intrinsics rather than Highway: Highway 1.0.3 has no AMX tile operations and
@@ -597,15 +598,17 @@ void RunBf16Gemm(const GemmProblem& p, std::vector<uint8_t>& skipped) {
                                 MemoryCategory::kWorkspace);
       MXTRAIN_DCHECK(reinterpret_cast<uintptr_t>(item_pack.raw()) % 64 == 0);
     }
-    // C blocks of rows [pi_begin, pi_end) x column item `item`.
-    const auto run = [&](int64_t item, int64_t pi_begin, int64_t pi_end) {
+    // C blocks of rows [pi_begin, pi_end) x column item `item`, over the K chunks
+    // [chunk0, chunk1) (of kChunkBlocks K blocks each).
+    const auto run = [&](int64_t item, int64_t pi_begin, int64_t pi_end, int64_t chunk0,
+                         int64_t chunk1) {
       const int64_t pj0 = item * column_panels;
       const int64_t pj1 = std::min(panels_j, pj0 + column_panels);
       // B tiles of panel pj: from the whole pack, or from this item's.
       const uint16_t* b =
           split_rows ? b_pack.const_data<uint16_t>() : item_pack.const_data<uint16_t>();
       const int64_t pj_base = split_rows ? 0 : pj0;
-      if (!split_rows) {
+      if (!split_rows && chunk0 == 0) {
         PackBPairs<false>(p.b, b_table, pj0, pj1, 0, kbs, kbs, item_pack.mutable_data<uint16_t>());
       }
       // One C block (pi, pj) over K blocks [kb0, kb1).
@@ -630,7 +633,8 @@ void RunBf16Gemm(const GemmProblem& p, std::vector<uint8_t>& skipped) {
           std::memcpy(p.c + (i0 + r) * cols + j0, scratch + r * kBlockDim, w * sizeof(float));
         }
       };
-      for (int64_t kb0 = 0; kb0 < kbs; kb0 += kChunkBlocks) {
+      for (int64_t kb0 = chunk0 * kChunkBlocks; kb0 < std::min(kbs, chunk1 * kChunkBlocks);
+           kb0 += kChunkBlocks) {
         const int64_t kb1 = std::min(kbs, kb0 + kChunkBlocks);
         const bool loads_c = kb0 > 0 || !p.overwrite;
         for (int64_t pi = pi_begin; pi < pi_end; ++pi) {
@@ -649,14 +653,21 @@ void RunBf16Gemm(const GemmProblem& p, std::vector<uint8_t>& skipped) {
       }
     };
     const int64_t team = omp_get_num_threads();
+    const int64_t chunks = CeilDiv(kbs, kChunkBlocks);
     if (split_rows) {
+      // K chunks outside the column items: one chunk of this thread's A panels is read by
+      // every item while it is still in L3, where item by item over all of K streamed all
+      // of A from memory once per item (layer_fc1 wgrad: 128 MiB of A tiles, 8 items).
+      // Each C block still takes its chunks in order, so the bytes are the same.
       const int64_t split = omp_get_thread_num();
-      for (int64_t item = 0; item < items; ++item) {
-        run(item, panels_i * split / team, panels_i * (split + 1) / team);
+      for (int64_t chunk = 0; chunk < chunks; ++chunk) {
+        for (int64_t item = 0; item < items; ++item) {
+          run(item, panels_i * split / team, panels_i * (split + 1) / team, chunk, chunk + 1);
+        }
       }
     } else {
 #pragma omp for schedule(dynamic)
-      for (int64_t item = 0; item < items; ++item) run(item, 0, panels_i);
+      for (int64_t item = 0; item < items; ++item) run(item, 0, panels_i, 0, chunks);
     }
     Kernel::End();
   }
