@@ -9,8 +9,9 @@
 // owns a column item of C at a time, as many 32-column panels as 1 MiB of their B tiles
 // holds for a K chunk of up to 2048 (at least 2 panels), and sweeps its 32-row panels of A
 // past them; C is loaded and stored once per chunk, and with threads splitting the rows
-// every item takes a chunk before any takes the next, so that a chunk of A stays in L3. Long chunks matter more than wide items
-// here: every C switch drains the tile pipeline (docs/decisions.md, "AMX blocking").
+// every item takes a chunk before any takes the next, so that a chunk of A stays in L3.
+// Long chunks matter more than wide items here: every C switch drains the tile pipeline
+// (docs/decisions.md, "AMX blocking").
 //
 // Written with intrinsics rather than Highway: Highway 1.0.3 has no AMX tile operations and
 // no VDPBF16PS (its bf16 ReorderWidenMulAccumulate widens to fp32 and multiplies there), and

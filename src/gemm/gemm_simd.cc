@@ -12,9 +12,10 @@
 // Packing decodes each FP8 code to fp32 with its block's E8M0 scale folded in, which is
 // exact for the exact-safe tiles this path computes (operand.h); other tiles go to the
 // driver's exact path. Columnwise operands (dgrad's B, both of wgrad's) are packed K step
-// by K step across all the panels of a block, decoded a vector at a time from the bits. The register tile is kMr rows x 2 vectors: 6 x 16 on AVX2 (12 of 16
-// ymm accumulators, FMA latency 4-5 x 2 ports needs >= 10 independent chains), 14 x 32 on
-// AVX-512 (28 of 32 zmm). Per K step it loads 2 B vectors and broadcasts kMr A values.
+// by K step across all the panels of a block, decoded a vector at a time from the bits.
+// The register tile is kMr rows x 2 vectors: 6 x 16 on AVX2 (12 of 16 ymm accumulators,
+// FMA latency 4-5 x 2 ports needs >= 10 independent chains), 14 x 32 on AVX-512 (28 of 32
+// zmm). Per K step it loads 2 B vectors and broadcasts kMr A values.
 // Each C element is summed K chunk by K chunk in a fixed order (C = C + chunk sum), so the
 // bytes never depend on the thread count or on the blocking over M and N.
 
