@@ -619,7 +619,7 @@ void RunBf16Gemm(const GemmProblem& p, std::vector<uint8_t>& skipped) {
       const uint16_t* b =
           split_rows ? b_pack.const_data<uint16_t>() : item_pack.const_data<uint16_t>();
       const int64_t pj_base = split_rows ? 0 : pj0;
-      if (!split_rows && chunk0 == 0) {
+      if (!split_rows) {  // items packed at use run all their chunks at once
         PackBPairs<false>(p.b, b_table, pj0, pj1, 0, kbs, kbs, item_pack.mutable_data<uint16_t>());
       }
       // One C block (pi, pj) over K blocks [kb0, kb1).

@@ -57,12 +57,9 @@ constexpr int64_t kABlockBytes = 200 * 1024;
 // Columns per B panel: at most 4096 (4 MiB of fp32 at kKc = 256), so that it stays in L3.
 constexpr int64_t kNcMax = 4096;
 
-// Columns of the register tile: 2 vectors.
+// Columns of the register tile: 2 vectors (x86 vectors have a fixed width: MaxLanes is
+// Lanes).
 constexpr int64_t kNr = 2 * static_cast<int64_t>(hn::MaxLanes(D()));
-int64_t Nr() {
-  MXTRAIN_DCHECK(kNr == 2 * static_cast<int64_t>(hn::Lanes(D())));  // x86: fixed widths
-  return kNr;
-}
 
 // C[kMr x kNr] (row stride ldc) = acc (add: C + acc), acc = A micro-panel . B micro-panel
 // over kc K steps; a: [kc][kMr], b: [kc][kNr], both 64-byte aligned.
@@ -70,7 +67,7 @@ HWY_INLINE void MicroKernel(const float* HWY_RESTRICT a, const float* HWY_RESTRI
                             float* HWY_RESTRICT c, int64_t ldc, bool add) {
   MXTRAIN_DCHECK(reinterpret_cast<uintptr_t>(a) % 64 == 0 &&
                  reinterpret_cast<uintptr_t>(b) % 64 == 0);
-  MXTRAIN_DCHECK(kc > 0 && ldc >= Nr());
+  MXTRAIN_DCHECK(kc > 0 && ldc >= kNr && kNr == 2 * static_cast<int64_t>(hn::Lanes(D())));
   const D d;
   const int64_t n = static_cast<int64_t>(hn::Lanes(d));
   V acc[kMr][2];
@@ -244,7 +241,7 @@ void PackPanel(const GemmOperand& op, const DecodeTables& t, int64_t f0, int64_t
 }
 
 void RunGemm(const GemmProblem& p, std::vector<uint8_t>& skipped) {
-  const int64_t nr = Nr();
+  const int64_t nr = kNr;
   const int64_t rows = p.a.free, cols = p.b.free, s = p.a.s;
   const std::vector<uint8_t> block_ok = PlanBlocks(p, kMr, nr, skipped);
   const int64_t blocks_j = CeilDiv(cols, nr);
@@ -267,7 +264,8 @@ void RunGemm(const GemmProblem& p, std::vector<uint8_t>& skipped) {
     float* ap = a_pack.mutable_data<float>();
     alignas(64) float edge[kMr * 2 * HWY_MAX_BYTES / sizeof(float)];
     // One K step of the columnwise panels this thread packs (PackColumnwise).
-    std::vector<float> step(static_cast<size_t>(std::max(nc_panels * nr, mc_panels * kMr)));
+    Tensor step = Tensor::Empty(DType::kF32, {std::max(nc_panels * nr, mc_panels * kMr)},
+                                MemoryCategory::kWorkspace);
     const int64_t rp0 = split_rows ? row_panels * t / team : 0;
     const int64_t rp1 = split_rows ? row_panels * (t + 1) / team : row_panels;
     for (int64_t jc = 0; jc < col_panels; jc += nc_panels) {
@@ -283,7 +281,7 @@ void RunGemm(const GemmProblem& p, std::vector<uint8_t>& skipped) {
                         j1 = jc + (jc_end - jc) * (t + 1) / team;
           if (j0 < j1) {
             PackColumnwise<kNr>(p.b, tb, j0 * nr, j1 - j0, k0, kc, bp + (j0 - jc) * kKc * nr,
-                                step.data());
+                                step.mutable_data<float>());
           }
 #pragma omp barrier
         } else {
@@ -295,7 +293,8 @@ void RunGemm(const GemmProblem& p, std::vector<uint8_t>& skipped) {
         for (int64_t ic = rp0; ic < rp1; ic += mc_panels) {
           const int64_t ic_end = std::min(rp1, ic + mc_panels);
           if (p.a.contract_rows) {
-            PackColumnwise<kMr>(p.a, ta, ic * kMr, ic_end - ic, k0, kc, ap, step.data());
+            PackColumnwise<kMr>(p.a, ta, ic * kMr, ic_end - ic, k0, kc, ap,
+                                step.mutable_data<float>());
           } else {
             for (int64_t ip = ic; ip < ic_end; ++ip) {
               PackPanel(p.a, ta, ip * kMr, kMr, k0, kc, ap + (ip - ic) * kKc * kMr);
