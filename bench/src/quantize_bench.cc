@@ -63,19 +63,20 @@ GroupList BenchGroups(int64_t m) {
   return GroupList::Make(counts, GroupListType::kCounts, m);
 }
 
+// Codes and scales of a rowwise quantization of [m, k].
+int64_t RowwiseBytes(const QuantizeBenchCase& c) { return c.m * c.k + c.m * CeilDiv(c.k, 32); }
+
 int64_t OutputBytes(const QuantizeBenchCase& c, const GroupList& groups) {
-  const int64_t data = c.m * c.k;
-  const int64_t row_scales = c.m * CeilDiv(c.k, 32);
-  const int64_t col_scales = CeilDiv(c.m, 32) * c.k;
+  const int64_t columnwise = c.m * c.k + CeilDiv(c.m, 32) * c.k;
   switch (c.kind) {
     case QuantizeKind::kRowwise:
-      return data + row_scales;
+      return RowwiseBytes(c);
     case QuantizeKind::kColumnwise:
-      return data + col_scales;
+      return columnwise;
     case QuantizeKind::kDual:
-      return 2 * data + row_scales + col_scales;
+      return RowwiseBytes(c) + columnwise;
     case QuantizeKind::kGrouped:
-      return data + groups.ScaleRows() * c.k;
+      return c.m * c.k + groups.ScaleRows() * c.k;
   }
   return 0;
 }
@@ -115,8 +116,7 @@ QuantizeBench::QuantizeBench(const QuantizeBenchCase& c) : case_(c) {
   o.code_stores = c.code_stores;
   streams_ = c.kind != QuantizeKind::kRowwise && StreamsColumnwiseCodes(input_, o);
   // Dual's output is its rowwise half (codes, scales) and then its columnwise half.
-  const int64_t rowwise_half =
-      c.kind == QuantizeKind::kDual ? c.m * c.k + c.m * CeilDiv(c.k, 32) : 0;
+  const int64_t rowwise_half = c.kind == QuantizeKind::kDual ? RowwiseBytes(c) : 0;
   streamed_from_ = streams_ ? rowwise_half : output_bytes_;
 }
 
