@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "fp_env.h"
 #include "mxtrain/error.h"
 #include "mxtrain/format/bf16.h"
 #include "omp_threads.h"
@@ -49,6 +50,7 @@ Tensor Accumulator(Tensor* accumulate, const Shape& shape, const char* op,
 }  // namespace
 
 Tensor CastTo(const Tensor& x, DType dtype, MemoryCategory category, int threads) {
+  const internal::ScopedFpEnv fp_env;
   CheckHighPrecision(x, "cast");
   MXTRAIN_CHECK(dtype == DType::kF32 || dtype == DType::kBF16, "cast: target must be f32 or bf16");
   if (x.dtype() == dtype) return x;
@@ -57,33 +59,47 @@ Tensor CastTo(const Tensor& x, DType dtype, MemoryCategory category, int threads
   if (dtype == DType::kBF16) {
     const float* src = x.const_data<float>();
     uint16_t* dst = out.mutable_data<uint16_t>();
-#pragma omp parallel for num_threads(Threads(threads)) schedule(static) if (n > (1 << 16))
-    for (int64_t i = 0; i < n; ++i) dst[i] = F32ToBf16(src[i]);
+#pragma omp parallel num_threads(Threads(threads)) if (n > (1 << 16))
+    {
+      const internal::ScopedFpEnv fp_env;
+#pragma omp for schedule(static)
+      for (int64_t i = 0; i < n; ++i) dst[i] = F32ToBf16(src[i]);
+    }
   } else {
     const uint16_t* src = x.const_data<uint16_t>();
     float* dst = out.mutable_data<float>();
-#pragma omp parallel for num_threads(Threads(threads)) schedule(static) if (n > (1 << 16))
-    for (int64_t i = 0; i < n; ++i) dst[i] = Bf16ToF32(src[i]);
+#pragma omp parallel num_threads(Threads(threads)) if (n > (1 << 16))
+    {
+      const internal::ScopedFpEnv fp_env;
+#pragma omp for schedule(static)
+      for (int64_t i = 0; i < n; ++i) dst[i] = Bf16ToF32(src[i]);
+    }
   }
   return out;
 }
 
 Tensor SumRows(const Tensor& x, Tensor* accumulate, int threads, MemoryCategory category) {
+  const internal::ScopedFpEnv fp_env;
   CheckHighPrecision(x, "row sum");
   MXTRAIN_CHECK(x.rank() == 2, "row sum: input must be 2-D, got ", x.shape().ToString());
   const int64_t m = x.shape()[0], n = x.shape()[1];
   Tensor out = Accumulator(accumulate, {n}, "row sum", category);
   float* o = out.mutable_data<float>();
   const int64_t chunks = (n + kColumnChunk - 1) / kColumnChunk;
-#pragma omp parallel for num_threads(Threads(threads)) schedule(static) if (m * n > (1 << 16))
-  for (int64_t c = 0; c < chunks; ++c) {
-    AddRows(x, 0, m, c * kColumnChunk, std::min(n, (c + 1) * kColumnChunk), o);
+#pragma omp parallel num_threads(Threads(threads)) if (m * n > (1 << 16))
+  {
+    const internal::ScopedFpEnv fp_env;
+#pragma omp for schedule(static)
+    for (int64_t c = 0; c < chunks; ++c) {
+      AddRows(x, 0, m, c * kColumnChunk, std::min(n, (c + 1) * kColumnChunk), o);
+    }
   }
   return out;
 }
 
 Tensor SumRowsGrouped(const Tensor& x, const GroupList& groups, Tensor* accumulate, int threads,
                       MemoryCategory category) {
+  const internal::ScopedFpEnv fp_env;
   CheckHighPrecision(x, "grouped row sum");
   MXTRAIN_CHECK(x.rank() == 2 && groups.total_rows() == x.shape()[0], "grouped row sum: input ",
                 x.shape().ToString(), " does not match the group list ", groups.ToString());
@@ -92,11 +108,15 @@ Tensor SumRowsGrouped(const Tensor& x, const GroupList& groups, Tensor* accumula
   Tensor out = Accumulator(accumulate, {g_count, n}, "grouped row sum", category);
   float* o = out.mutable_data<float>();
   const int64_t chunks = (n + kColumnChunk - 1) / kColumnChunk;
-#pragma omp parallel for num_threads(Threads(threads)) schedule(static) collapse(2)
-  for (int g = 0; g < g_count; ++g) {
-    for (int64_t c = 0; c < chunks; ++c) {
-      AddRows(x, groups.begin(g), groups.end(g), c * kColumnChunk,
-              std::min(n, (c + 1) * kColumnChunk), o + g * n);
+#pragma omp parallel num_threads(Threads(threads))
+  {
+    const internal::ScopedFpEnv fp_env;
+#pragma omp for schedule(static) collapse(2)
+    for (int g = 0; g < g_count; ++g) {
+      for (int64_t c = 0; c < chunks; ++c) {
+        AddRows(x, groups.begin(g), groups.end(g), c * kColumnChunk,
+                std::min(n, (c + 1) * kColumnChunk), o + g * n);
+      }
     }
   }
   return out;

@@ -16,7 +16,9 @@
 // accumulate in fp32; tiles whose scales could make a decoded value or a product leave the
 // normal range (or are NaN) take an exact path. Results agree with the double-precision
 // reference ref::MxGemm within |C - C_exact| <= S * 2^-24 * sum_s |a_s b_s| plus half an
-// ulp of the output type. E4M3 and E5M2 operands mix freely.
+// ulp of the output type. E4M3 and E5M2 operands mix freely. The caller's floating-point
+// environment changes nothing: flush-to-zero, denormals-are-zero and the rounding mode are
+// set to the IEEE default inside every call, on every thread it uses, and restored.
 #pragma once
 
 #include <optional>

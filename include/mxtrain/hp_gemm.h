@@ -17,7 +17,10 @@
 // this CPU), "onednn-f32" (oneDNN's f32 matmul for both compute types, which every x86-64
 // CPU has: bf16 operands are rounded to bf16 and widened exactly, so the products are the
 // same and only the summation order differs); and plain loops ("portable") everywhere.
-// The best path is chosen once per process, from what oneDNN can build.
+// The best path is chosen once per process, from what oneDNN can build. The portable loops
+// run in the IEEE default floating-point environment whatever the caller's (as MxGemm);
+// oneDNN's matmul runs its pool threads in whatever environment they have, where
+// flush-to-zero can only move results below fp32's normal range, inside the tolerance.
 #pragma once
 
 #include <string>

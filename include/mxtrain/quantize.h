@@ -2,7 +2,10 @@
 //
 // Inputs are fp32 or bf16 tensors of rank >= 2, viewed as [..., M, K]. Every function here
 // runs the fastest SIMD target the machine supports (simd.h), multi-threaded with OpenMP,
-// and is bit-identical to the scalar reference in namespace mxtrain::ref.
+// and is bit-identical to the scalar reference in namespace mxtrain::ref, whatever the
+// caller's floating-point environment (flush-to-zero, denormals-are-zero and the rounding
+// mode are set to the IEEE default inside every call and on every thread it uses, and
+// restored).
 //
 //   MxTensor xr = QuantizeRowwise(x, {});           // blocks of 32 along K
 //   MxTensor xc = QuantizeColumnwise(x, {});        // blocks of 32 along M

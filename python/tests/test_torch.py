@@ -307,3 +307,28 @@ def test_hp_gemms_contradictions_are_value_errors():
         mxt.MxLinear(8, 8, hp_gemms=3)
     with pytest.raises(ValueError, match="hp_precision value 'fp8'"):
         mxt.MxLinear(8, 8, hp_gemms=("wgrad",), hp_precision="fp8")
+
+
+def test_flush_denormal_changes_no_result():
+    """torch.set_flush_denormal(True) sets FTZ and DAZ on the calling thread (and the
+    threads it starts); mxtrain's results stay those of the default environment."""
+    import numpy as np
+    rng = np.random.default_rng(3)
+    x = (rng.standard_normal((64, 96)) * 2.0**-135).astype(np.float32)  # fp32 subnormals
+    x[32:] = (rng.standard_normal((32, 96)) * 2.0**-68).astype(np.float32)
+    assert (np.abs(x[:32]) < np.finfo(np.float32).tiny).any()
+
+    def run():
+        q = mxtrain.quantize(x, axis="both")
+        c = mxtrain.gemm(x[32:], x[32:])  # products near 2^-136: subnormal sums
+        return q.rowwise.data.copy(), q.rowwise.scale.copy(), q.columnwise.data.copy(), c
+    want = run()
+    assert (want[3] != 0).any() and (np.abs(want[3]) < np.finfo(np.float32).tiny).any()
+    if not torch.set_flush_denormal(True):
+        pytest.fail("this CPU cannot flush denormals: the test cannot set its premise")
+    try:
+        got = run()
+    finally:
+        torch.set_flush_denormal(False)
+    for w, g in zip(want, got):
+        assert w.tobytes() == g.tobytes()

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <mutex>
 
+#include "fp_env.h"
 #include "gemm/kernels.h"
 #include "mxtrain/error.h"
 #include "mxtrain/testing.h"
@@ -106,16 +107,24 @@ Tensor FinishGemm(Tensor c32, const GemmOptions& o, int threads) {
   float* c = c32.mutable_data<float>();
   if (o.bias != nullptr) {
     const float* bias = o.bias->const_data<float>();
-#pragma omp parallel for num_threads(threads) schedule(static)
-    for (int64_t i = 0; i < rows; ++i) {
-      for (int64_t j = 0; j < cols; ++j) c[i * cols + j] += bias[j];
+#pragma omp parallel num_threads(threads)
+    {
+      const internal::ScopedFpEnv fp_env;
+#pragma omp for schedule(static)
+      for (int64_t i = 0; i < rows; ++i) {
+        for (int64_t j = 0; j < cols; ++j) c[i * cols + j] += bias[j];
+      }
     }
   }
   if (o.out_dtype == DType::kF32) return c32;
   Tensor out = o.out != nullptr ? *o.out : Tensor::Empty(DType::kBF16, c32.shape(), o.category);
   uint16_t* dst = out.mutable_data<uint16_t>();
-#pragma omp parallel for num_threads(threads) schedule(static)
-  for (int64_t i = 0; i < rows * cols; ++i) dst[i] = F32ToBf16(c[i]);
+#pragma omp parallel num_threads(threads)
+  {
+    const internal::ScopedFpEnv fp_env;
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < rows * cols; ++i) dst[i] = F32ToBf16(c[i]);
+  }
   return out;
 }
 
@@ -218,6 +227,7 @@ std::string CurrentGemmPath() {
 }
 
 Tensor MxGemm(const MxTensor& a, const MxTensor& b, const GemmOptions& options) {
+  const internal::ScopedFpEnv fp_env;
   const Checked c = CheckOperands(a, b, options);
   Tensor c32 = ResultBuffer(c, options);
   const int threads = internal::TeamSize(options.threads, "gemm");
@@ -239,17 +249,21 @@ Tensor MxGemm(const MxTensor& a, const MxTensor& b, const GemmOptions& options) 
   }
   const int64_t cols = c.b.free;
   const auto num_exact = static_cast<int64_t>(exact_tiles.size());
-#pragma omp parallel for num_threads(threads) schedule(dynamic) if (num_exact > 0)
-  for (int64_t x = 0; x < num_exact; ++x) {
-    const int64_t t = exact_tiles[x];
-    const int64_t ti = t / tiles_j, tj = t % tiles_j;
-    for (int64_t i = ti * internal::kGemmTile;
-         i < std::min(c.a.free, (ti + 1) * internal::kGemmTile); ++i) {
-      for (int64_t j = tj * internal::kGemmTile; j < std::min(cols, (tj + 1) * internal::kGemmTile);
-           ++j) {
-        float& out = p.c[i * cols + j];
-        const double before = overwrite ? 0.0 : static_cast<double>(out);
-        out = static_cast<float>(before + ExactDot(c.a, c.b, i, j));
+#pragma omp parallel num_threads(threads) if (num_exact > 0)
+  {
+    const internal::ScopedFpEnv fp_env;
+#pragma omp for schedule(dynamic)
+    for (int64_t x = 0; x < num_exact; ++x) {
+      const int64_t t = exact_tiles[x];
+      const int64_t ti = t / tiles_j, tj = t % tiles_j;
+      for (int64_t i = ti * internal::kGemmTile;
+           i < std::min(c.a.free, (ti + 1) * internal::kGemmTile); ++i) {
+        for (int64_t j = tj * internal::kGemmTile;
+             j < std::min(cols, (tj + 1) * internal::kGemmTile); ++j) {
+          float& out = p.c[i * cols + j];
+          const double before = overwrite ? 0.0 : static_cast<double>(out);
+          out = static_cast<float>(before + ExactDot(c.a, c.b, i, j));
+        }
       }
     }
   }
@@ -259,6 +273,7 @@ Tensor MxGemm(const MxTensor& a, const MxTensor& b, const GemmOptions& options) 
 namespace ref {
 
 Tensor MxGemm(const MxTensor& a, const MxTensor& b, const GemmOptions& options) {
+  const internal::ScopedFpEnv fp_env;
   const Checked c = CheckOperands(a, b, options);
   Tensor c32 = ResultBuffer(c, options);
   const int64_t rows = c.a.free, cols = c.b.free;

@@ -26,6 +26,7 @@
 #include <array>
 #include <cstring>
 
+#include "fp_env.h"
 #include "gemm/kernels.h"
 #include "mxtrain/error.h"
 #include "mxtrain/format/bits.h"
@@ -313,6 +314,7 @@ Tensor PackA(const GemmOperand& op, int64_t rows_pad, int64_t kbs, int threads) 
   if (!op.contract_rows) {
 #pragma omp parallel num_threads(threads)
     {
+      const internal::ScopedFpEnv fp_env;
 #pragma omp for schedule(static) nowait
       for (int64_t ti = 0; ti < rows_pad / 16; ++ti) PackATiles(op, table, ti, kbs, dst);
       _mm_sfence();
@@ -325,6 +327,7 @@ Tensor PackA(const GemmOperand& op, int64_t rows_pad, int64_t kbs, int threads) 
   // rows_pad is a multiple of 32.
 #pragma omp parallel num_threads(threads)
   {
+    const internal::ScopedFpEnv fp_env;
 #pragma omp for schedule(static) nowait
     for (int64_t kb = 0; kb < kbs; ++kb) {
       for (int64_t ti = 0; ti < rows_pad / 16; ti += 2) {
@@ -409,6 +412,7 @@ Tensor PackB(const GemmOperand& op, int64_t cols_pad, int64_t kbs, int threads) 
   const int64_t pairs = cols_pad / 32;
 #pragma omp parallel num_threads(threads)
   {
+    const internal::ScopedFpEnv fp_env;
     const int64_t team = omp_get_num_threads(), t = omp_get_thread_num();
     if (!op.contract_rows) {
       const int64_t tp0 = pairs * t / team, tp1 = pairs * (t + 1) / team;
@@ -601,6 +605,7 @@ void RunBf16Gemm(const GemmProblem& p, std::vector<uint8_t>& skipped) {
 
 #pragma omp parallel num_threads(p.threads)
   {
+    const internal::ScopedFpEnv fp_env;
     Kernel::Begin();
     alignas(64) float scratch[kBlockDim * kBlockDim];
     Tensor item_pack;  // this thread's column item of B, when items are packed at use

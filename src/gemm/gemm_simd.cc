@@ -31,6 +31,7 @@
 #include <cstring>
 #include <vector>
 
+#include "fp_env.h"
 #include "gemm/kernels.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -259,6 +260,7 @@ void RunGemm(const GemmProblem& p, std::vector<uint8_t>& skipped) {
 
 #pragma omp parallel num_threads(p.threads)
   {
+    const internal::ScopedFpEnv fp_env;
     const int64_t team = omp_get_num_threads(), t = omp_get_thread_num();
     Tensor a_pack = Tensor::Empty(DType::kF32, {mc_panels * kMr * kKc}, MemoryCategory::kWorkspace);
     float* ap = a_pack.mutable_data<float>();

@@ -12,6 +12,7 @@
 #include <mutex>
 #include <vector>
 
+#include "fp_env.h"
 #include "mxtrain/error.h"
 #include "mxtrain/gemm.h"
 #include "mxtrain/group_list.h"
@@ -71,6 +72,7 @@ void ForEachGroup(const GroupList& groups, int threads, GroupThreads mode, Fn&& 
   std::mutex error_mutex;
 #pragma omp parallel num_threads(threads)
   {
+    const internal::ScopedFpEnv fp_env;
     // The team can be smaller than asked for (a nested region, OMP_THREAD_LIMIT): owners
     // beyond it fold onto the threads there are, so every group still runs once.
     const int t = omp_get_thread_num(), team = omp_get_num_threads();

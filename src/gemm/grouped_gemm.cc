@@ -1,5 +1,6 @@
 // Grouped (mixture-of-experts) GEMMs as one dense MxGemm per group on views of the
 // operands, so every group's result is bit-identical to the dense kernel on that group.
+#include "fp_env.h"
 #include "gemm/grouped.h"
 #include "mxtrain/error.h"
 #include "mxtrain/gemm.h"
@@ -8,6 +9,7 @@ namespace mxtrain {
 
 Tensor MxGroupedGemm(const MxTensor& x, const MxTensor& w, const GroupList& groups,
                      const GemmOptions& options) {
+  const internal::ScopedFpEnv fp_env;
   MXTRAIN_CHECK(x.defined() && x.shape().rank() == 2 && x.axis() == BlockAxis::kRowwise &&
                     !x.groups().has_value(),
                 "grouped gemm: x must be a 2-D rowwise MX tensor, got ", Name(x.axis()), " ",
@@ -26,6 +28,7 @@ Tensor MxGroupedGemm(const MxTensor& x, const MxTensor& w, const GroupList& grou
 }
 
 Tensor MxGroupedWgrad(const MxTensor& dy, const MxTensor& x, const GemmOptions& options) {
+  const internal::ScopedFpEnv fp_env;
   MXTRAIN_CHECK(dy.defined() && x.defined() && dy.groups().has_value() && x.groups().has_value(),
                 "grouped wgrad: dy and x must be token-grouped columnwise MX tensors");
   MXTRAIN_CHECK(*dy.groups() == *x.groups(), "grouped wgrad: dy groups (", dy.groups()->ToString(),

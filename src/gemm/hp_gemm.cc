@@ -13,6 +13,7 @@
 #include <mutex>
 #include <tuple>
 
+#include "fp_env.h"
 #include "gemm/grouped.h"
 #include "gemm/kernels.h"
 #include "mxtrain/elementwise.h"
@@ -68,21 +69,29 @@ void HpGemmPortable(const HpView& a, const HpView& b, float* c, bool overwrite, 
   const int64_t rows = a.free, cols = b.free, s_len = a.s;
   Tensor bt = Tensor::Empty(DType::kF32, {s_len, cols}, MemoryCategory::kWorkspace);
   float* bp = bt.mutable_data<float>();
-#pragma omp parallel for num_threads(threads) schedule(static)
-  for (int64_t k = 0; k < s_len; ++k) {
-    for (int64_t j = 0; j < cols; ++j) bp[k * cols + j] = At(b, j, k);
+#pragma omp parallel num_threads(threads)
+  {
+    const internal::ScopedFpEnv fp_env;
+#pragma omp for schedule(static)
+    for (int64_t k = 0; k < s_len; ++k) {
+      for (int64_t j = 0; j < cols; ++j) bp[k * cols + j] = At(b, j, k);
+    }
   }
   constexpr int64_t kRows = 4;
-#pragma omp parallel for num_threads(threads) schedule(dynamic)
-  for (int64_t i0 = 0; i0 < rows; i0 += kRows) {
-    const int64_t i1 = std::min(rows, i0 + kRows);
-    if (overwrite) std::memset(c + i0 * cols, 0, sizeof(float) * (i1 - i0) * cols);
-    for (int64_t k = 0; k < s_len; ++k) {
-      const float* brow = bp + k * cols;
-      for (int64_t i = i0; i < i1; ++i) {
-        const float av = At(a, i, k);
-        float* crow = c + i * cols;
-        for (int64_t j = 0; j < cols; ++j) crow[j] += av * brow[j];
+#pragma omp parallel num_threads(threads)
+  {
+    const internal::ScopedFpEnv fp_env;
+#pragma omp for schedule(dynamic)
+    for (int64_t i0 = 0; i0 < rows; i0 += kRows) {
+      const int64_t i1 = std::min(rows, i0 + kRows);
+      if (overwrite) std::memset(c + i0 * cols, 0, sizeof(float) * (i1 - i0) * cols);
+      for (int64_t k = 0; k < s_len; ++k) {
+        const float* brow = bp + k * cols;
+        for (int64_t i = i0; i < i1; ++i) {
+          const float av = At(a, i, k);
+          float* crow = c + i * cols;
+          for (int64_t j = 0; j < cols; ++j) crow[j] += av * brow[j];
+        }
       }
     }
   }
@@ -246,6 +255,7 @@ std::string CurrentHpGemmPath() {
 
 Tensor HpGemm(const Tensor& a, Contract a_contract, const Tensor& b, Contract b_contract,
               DType compute, const GemmOptions& options) {
+  const internal::ScopedFpEnv fp_env;
   MXTRAIN_CHECK(compute == DType::kF32 || compute == DType::kBF16,
                 "hp gemm: compute type must be f32 or bf16, got ", Name(compute));
   const int threads = internal::TeamSize(options.threads, "hp gemm");
@@ -272,6 +282,7 @@ Tensor HpGemm(const Tensor& a, Contract a_contract, const Tensor& b, Contract b_
 
 Tensor HpGroupedGemm(const Tensor& x, const Tensor& w, Contract w_contract, const GroupList& groups,
                      DType compute, const GemmOptions& options) {
+  const internal::ScopedFpEnv fp_env;
   MXTRAIN_CHECK(x.defined() && x.rank() == 2, "hp grouped gemm: x must be 2-D [M, S]");
   MXTRAIN_CHECK(w.defined() && w.rank() == 3, "hp grouped gemm: w must be 3-D [E, R, C], got ",
                 w.shape().ToString());
@@ -286,6 +297,7 @@ Tensor HpGroupedGemm(const Tensor& x, const Tensor& w, Contract w_contract, cons
 
 Tensor HpGroupedWgrad(const Tensor& dy, const Tensor& x, const GroupList& groups, DType compute,
                       const GemmOptions& options) {
+  const internal::ScopedFpEnv fp_env;
   MXTRAIN_CHECK(dy.defined() && x.defined() && dy.rank() == 2 && x.rank() == 2 &&
                     dy.shape()[0] == groups.total_rows() && x.shape()[0] == groups.total_rows(),
                 "hp grouped wgrad: dy ", dy.shape().ToString(), " and x ", x.shape().ToString(),

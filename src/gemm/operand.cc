@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "fp_env.h"
 #include "mxtrain/error.h"
 
 namespace mxtrain::internal {
@@ -56,6 +57,7 @@ RowScaleStats RowScaleStats::Of(const GemmOperand& op, int threads) {
   // columnwise).
 #pragma omp parallel num_threads(threads)
   {
+    const internal::ScopedFpEnv fp_env;
     const int64_t team = omp_get_num_threads(), t = omp_get_thread_num();
     const int64_t f0 = op.free * t / team, f1 = op.free * (t + 1) / team;
     if (!op.contract_rows) {

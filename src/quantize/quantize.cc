@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "fp_env.h"
 #include "mxtrain/error.h"
 #include "mxtrain/testing.h"
 #include "omp_threads.h"
@@ -121,6 +122,7 @@ void ForEachStrip(const std::vector<ColStrip>& strips, int threads, Fn&& fn) {
   Tensor workspace = Tensor::Empty(DType::kU8, {used, slot_bytes}, MemoryCategory::kWorkspace);
 #pragma omp parallel num_threads(used)
   {
+    const internal::ScopedFpEnv fp_env;
     const internal::Workspace ws{
         workspace.mutable_data<uint8_t>() + omp_get_thread_num() * slot_bytes, slot_bytes};
 #pragma omp for schedule(static)
@@ -219,6 +221,7 @@ bool StreamsColumnwiseCodes(const Tensor& x, const QuantizeOptions& options) {
 }
 
 MxTensor QuantizeRowwise(const Tensor& x, const QuantizeOptions& options) {
+  const internal::ScopedFpEnv fp_env;
   const QuantSource src = SourceOf(x, options, "rowwise quantize");
   MxBuffers row(x, BlockAxis::kRowwise, std::nullopt, options);
   const QuantKernels& k = internal::CurrentQuantKernels();
@@ -227,33 +230,41 @@ MxTensor QuantizeRowwise(const Tensor& x, const QuantizeOptions& options) {
   const int64_t rows = src.rows;
   const int threads =
       static_cast<int>(std::clamp<int64_t>(rows * src.cols / (1 << 14), 1, ThreadCount(options)));
-#pragma omp parallel for num_threads(threads) schedule(static)
-  for (int64_t t = 0; t < threads; ++t) {
-    const int64_t r0 = rows * t / threads;
-    const int64_t r1 = rows * (t + 1) / threads;
-    if (r0 < r1) k.rowwise(src, r0, r1, out);
+#pragma omp parallel num_threads(threads)
+  {
+    const internal::ScopedFpEnv fp_env;
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < threads; ++t) {
+      const int64_t r0 = rows * t / threads;
+      const int64_t r1 = rows * (t + 1) / threads;
+      if (r0 < r1) k.rowwise(src, r0, r1, out);
+    }
   }
   return std::move(row).Finish(BlockAxis::kRowwise, options);
 }
 
 MxTensor QuantizeColumnwise(const Tensor& x, const QuantizeOptions& options) {
+  const internal::ScopedFpEnv fp_env;
   SourceOf(x, options, "columnwise quantize");
   return MakeColumnwise(x, options, BatchSegments(x.shape()), std::nullopt);
 }
 
 MxTensor QuantizeGrouped(const Tensor& x, const GroupList& groups, const QuantizeOptions& options) {
+  const internal::ScopedFpEnv fp_env;
   SourceOf(x, options, "grouped quantize");
   CheckGroupedInput(x, groups, "grouped quantize");
   return MakeColumnwise(x, options, groups, groups);
 }
 
 DualMx QuantizeDual(const Tensor& x, const QuantizeOptions& options) {
+  const internal::ScopedFpEnv fp_env;
   SourceOf(x, options, "dual quantize");
   return MakeDual(x, options, BatchSegments(x.shape()), std::nullopt);
 }
 
 DualMx QuantizeDualGrouped(const Tensor& x, const GroupList& groups,
                            const QuantizeOptions& options) {
+  const internal::ScopedFpEnv fp_env;
   SourceOf(x, options, "grouped dual quantize");
   CheckGroupedInput(x, groups, "grouped dual quantize");
   return MakeDual(x, options, groups, groups);

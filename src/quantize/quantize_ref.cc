@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "fp_env.h"
 #include "mxtrain/error.h"
 #include "mxtrain/quantize.h"
 
@@ -64,6 +65,7 @@ MxTensor Columnwise(const Tensor& x, const QuantizeOptions& o, const GroupList& 
 }  // namespace
 
 MxTensor QuantizeRowwise(const Tensor& x, const QuantizeOptions& o) {
+  const internal::ScopedFpEnv fp_env;
   CheckInput(x);
   const int64_t k = x.shape()[-1];
   const int64_t rows = k == 0 ? 0 : x.NumElements() / k;
@@ -86,6 +88,7 @@ MxTensor QuantizeRowwise(const Tensor& x, const QuantizeOptions& o) {
 }
 
 MxTensor QuantizeColumnwise(const Tensor& x, const QuantizeOptions& o) {
+  const internal::ScopedFpEnv fp_env;
   CheckInput(x);
   int64_t batch = 1;
   for (int i = 0; i + 2 < x.rank(); ++i) batch *= x.shape()[i];
@@ -97,6 +100,7 @@ MxTensor QuantizeColumnwise(const Tensor& x, const QuantizeOptions& o) {
 }
 
 MxTensor QuantizeGrouped(const Tensor& x, const GroupList& groups, const QuantizeOptions& o) {
+  const internal::ScopedFpEnv fp_env;
   CheckInput(x);
   MXTRAIN_CHECK(x.rank() == 2, "reference grouped quantize: input must be 2-D");
   return Columnwise(x, o, groups, groups);
