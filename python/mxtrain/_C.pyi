@@ -1,5 +1,6 @@
 # Types of mxtrain._C, the pybind11 bindings of python/src/module.cc (kept by hand: a
-# binding added or changed there is changed here too). Private: use the mxtrain package.
+# binding added or changed there is changed here too; tests/test_stub.py compares the two).
+# Private: use the mxtrain package.
 from typing import Any
 
 import numpy as np
