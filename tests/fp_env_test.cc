@@ -1,11 +1,11 @@
 // The caller's floating-point environment changes no result (src/fp_env.h): with
-// flush-to-zero, denormals-are-zero and round-toward-zero set on the calling thread and on
-// OpenMP's pool threads, every quantizer (each SIMD target), every MX GEMM path, the
-// dequantizer, the casts and row sums, and the portable high-precision GEMM give the bytes
-// that the references give in the default environment, and the caller's environment is
-// back afterwards. The inputs hold fp32 and bf16 subnormals, whole blocks of them, and GEMM
-// operands whose products and sums fall below fp32's normal range (the exact path), so a
-// flushed value shows up as a wrong byte.
+// flush-to-zero, denormals-are-zero, round-toward-zero and trapping exceptions set on the
+// calling thread and on OpenMP's pool threads, every quantizer (each SIMD target), every MX GEMM
+// path, the dequantizer, the casts and row sums, and the portable high-precision GEMM give the
+// bytes that the references give in the default environment, and the caller's environment is back
+// afterwards. The inputs hold fp32 and bf16 subnormals, whole blocks of them, and GEMM operands
+// whose products and sums fall below fp32's normal range (the exact path), so a flushed value shows
+// up as a wrong byte.
 #include <gtest/gtest.h>
 #include <omp.h>
 #include <xmmintrin.h>
@@ -34,8 +34,11 @@ using testing_util::MakeBf16;
 using testing_util::MakeF32;
 using testing_util::RandomValues;
 
-// FTZ (bit 15), DAZ (bit 6), rounding toward zero (bits 13-14), all exceptions masked.
-constexpr unsigned kHostile = 0x1F80u | 0x8000u | 0x0040u | 0x6000u;
+// FTZ (bit 15), DAZ (bit 6), rounding toward zero (bits 13-14), and the invalid,
+// divide-by-zero and overflow exceptions unmasked (bits 7, 9, 10 clear, as feenableexcept
+// leaves them): an operation of the library on NaN or Inf inputs outside the guard would
+// raise SIGFPE.
+constexpr unsigned kHostile = (0x1F80u & ~0x0680u) | 0x8000u | 0x0040u | 0x6000u;
 constexpr unsigned kDefault = 0x1F80u;
 constexpr unsigned kControl = 0xFFC0u;
 constexpr int kThreads = 3;  // more than the cores of CI: the pool holds at least 2 workers
