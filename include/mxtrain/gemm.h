@@ -42,7 +42,7 @@ struct GemmOptions {
   // output) instead of allocating one; the result is then that tensor. Not with
   // `accumulate`.
   Tensor* out = nullptr;
-  int threads = 0;                                        // 0: all cores
+  int threads = 0;  // 0: omp_get_max_threads() (all cores unless OMP_NUM_THREADS says)
   MemoryCategory category = MemoryCategory::kActivation;  // where a new C is counted
 };
 

@@ -72,7 +72,7 @@ struct OpOptions {
   // The weight cache used when the recipe reuses quantized weights; nullptr means
   // WeightQuantCache::Global().
   WeightQuantCache* cache = nullptr;
-  int threads = 0;  // 0: all cores
+  int threads = 0;  // 0: omp_get_max_threads() (all cores unless OMP_NUM_THREADS says)
 };
 
 // What one Forward call needs; its Backward inherits it through the context.

@@ -42,7 +42,7 @@ CodeStores ParseCodeStores(std::string_view name);
 struct QuantizeOptions {
   ElementFormat format = ElementFormat::kE4M3;
   ScaleRule rule = ScaleRule::kRceil;
-  int threads = 0;                                       // 0: OpenMP's default (all cores)
+  int threads = 0;  // 0: omp_get_max_threads() (all cores unless OMP_NUM_THREADS says)
   MemoryCategory category = MemoryCategory::kQuantized;  // where the outputs are counted
   CodeStores code_stores = CodeStores::kAuto;
 };

@@ -230,7 +230,8 @@ def quantize(x: np.ndarray, format: str = "e4m3", scale: str = "rceil",
     group_list_type : {"cumsum", "counts"}, optional
         How group_list is written; default "cumsum". Needs group_list.
     threads : int
-        Worker threads, >= 0; 0 means all cores.
+        Worker threads, >= 0; 0 means OpenMP's current count: all cores unless
+        OMP_NUM_THREADS or torch.set_num_threads (same OpenMP runtime) set fewer.
 
     Returns
     -------
@@ -286,7 +287,8 @@ def dequantize(data: np.ndarray, scale: np.ndarray, format: str = "e4m3",
     dtype : {"f32", "bf16"}
         The output: float32, or bf16 as uint16 bit patterns.
     threads : int
-        Worker threads, >= 0; 0 means all cores.
+        Worker threads, >= 0; 0 means OpenMP's current count: all cores unless
+        OMP_NUM_THREADS or torch.set_num_threads (same OpenMP runtime) set fewer.
 
     Returns
     -------
@@ -360,7 +362,8 @@ def gemm(a: np.ndarray, b: np.ndarray, format_a: str = "e4m3", format_b: str = "
     out_dtype : {"f32", "bf16"}
         The output: float32, or bf16 as uint16 bit patterns.
     threads : int
-        Worker threads, >= 0; 0 means all cores.
+        Worker threads, >= 0; 0 means OpenMP's current count: all cores unless
+        OMP_NUM_THREADS or torch.set_num_threads (same OpenMP runtime) set fewer.
 
     Returns
     -------
@@ -415,7 +418,8 @@ def grouped_gemm(x: np.ndarray, w: np.ndarray, group_list: GroupListLike,
     out_dtype : {"f32", "bf16"}
         The output: float32, or bf16 as uint16 bit patterns.
     threads : int
-        Worker threads, >= 0; 0 means all cores.
+        Worker threads, >= 0; 0 means OpenMP's current count: all cores unless
+        OMP_NUM_THREADS or torch.set_num_threads (same OpenMP runtime) set fewer.
 
     Returns
     -------

@@ -120,7 +120,8 @@ def integer(name: str, value: Any, minimum: int = 0) -> int:
 
 
 def threads(value: Any) -> int:
-    """Worker threads: 0 means all cores; a negative count is an error, not "all cores"."""
+    """Worker threads: 0 means OpenMP's current count (omp_get_max_threads); a negative
+    count is an error, not "all cores"."""
     return integer("threads", value, minimum=0)
 
 
