@@ -4,10 +4,12 @@
 
 #include <algorithm>
 
+#include "convert.h"
 #include "fp_env.h"
 #include "mxtrain/error.h"
 #include "mxtrain/format/bf16.h"
 #include "omp_threads.h"
+#include "simd_internal.h"
 
 namespace mxtrain {
 namespace {
@@ -59,11 +61,15 @@ Tensor CastTo(const Tensor& x, DType dtype, MemoryCategory category, int threads
   if (dtype == DType::kBF16) {
     const float* src = x.const_data<float>();
     uint16_t* dst = out.mutable_data<uint16_t>();
-#pragma omp parallel num_threads(Threads(threads)) if (n > (1 << 16))
+    internal::EnsureSimdTargetChosen();
+    const int all = Threads(threads);  // checked whatever the size
+    const int team = n > (1 << 16) ? all : 1;
+#pragma omp parallel num_threads(team)
     {
       const internal::ScopedFpEnv fp_env;
-#pragma omp for schedule(static)
-      for (int64_t i = 0; i < n; ++i) dst[i] = F32ToBf16(src[i]);
+      const int64_t t = omp_get_thread_num(), count = omp_get_num_threads();
+      const int64_t begin = n * t / count, end = n * (t + 1) / count;
+      internal::NarrowToBf16(src + begin, end - begin, nullptr, dst + begin);
     }
   } else {
     const uint16_t* src = x.const_data<uint16_t>();

@@ -2,7 +2,9 @@
 // target (one test instance per target, per_target_test.h), against the scalar reference
 // encoder, for E4M3 and E5M2; every non-negative fp32 amax (2^31) through each rule's scale
 // table, against BlockScale; and every finite amax under rceil and ceil, which must never
-// round past the largest element. Label "exhaustive" (a ctest entry per test and target).
+// round past the largest element; and every fp32 bit pattern through the vector bf16
+// narrowing of every target (convert.h) against F32ToBf16. Label "exhaustive" (a ctest
+// entry per test and target).
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -11,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "convert.h"
+#include "mxtrain/format/bf16.h"
 #include "mxtrain/format/e4m3.h"
 #include "mxtrain/format/e5m2.h"
 #include "mxtrain/format/e8m0.h"
@@ -57,6 +61,36 @@ TEST_P(ExhaustivePerTarget, SimdEncoderEqualsScalarOnAllFp32) {
     }
     EXPECT_EQ(mismatches, 0) << t << " " << Name(f);
   }
+}
+
+// The GEMMs' bf16 outputs and CastTo narrow through NarrowToBf16: every fp32 bit pattern,
+// on every target, equals the scalar F32ToBf16 (itself checked against a double oracle
+// in format_test).
+TEST_P(ExhaustivePerTarget, Bf16NarrowingEqualsScalarOnAllFp32) {
+  constexpr uint64_t kChunk = uint64_t{1} << 20;
+  int64_t mismatches = 0;
+#pragma omp parallel reduction(+ : mismatches)
+  {
+    std::vector<float> in(kChunk);
+    std::vector<uint16_t> got(kChunk);
+#pragma omp for schedule(dynamic)
+    for (int64_t chunk = 0; chunk < int64_t{1} << 12; ++chunk) {
+      for (uint64_t i = 0; i < kChunk; ++i) {
+        in[i] = F32FromBits(static_cast<uint32_t>(chunk * kChunk + i));
+      }
+      internal::NarrowToBf16(in.data(), kChunk, nullptr, got.data());
+      for (uint64_t i = 0; i < kChunk; ++i) {
+        const uint16_t want = F32ToBf16(in[i]);
+        if (got[i] != want && mismatches < 10) {
+#pragma omp critical
+          ADD_FAILURE() << GetParam() << " bits " << std::hex << F32Bits(in[i]) << ": " << got[i]
+                        << " vs " << want;
+        }
+        mismatches += got[i] != want;
+      }
+    }
+  }
+  EXPECT_EQ(mismatches, 0) << GetParam();
 }
 
 // The vector kernels take every block scale from the table (ScaleFromTable's vector form),

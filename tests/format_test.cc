@@ -8,10 +8,13 @@
 #include <random>
 #include <vector>
 
+#include "convert.h"
+#include "mxtrain/elementwise.h"
 #include "mxtrain/error.h"
 #include "mxtrain/format/element.h"
 #include "mxtrain/quantize.h"
 #include "mxtrain/simd.h"
+#include "per_target_test.h"
 #include "test_util.h"
 
 namespace mxtrain {
@@ -141,6 +144,59 @@ TEST(Bf16, RoundTripAndRounding) {
     const uint16_t expect = static_cast<uint16_t>(
         (F32Bits(x) >> 16) + ((dhi < dlo || (dhi == dlo && ((F32Bits(x) >> 16) & 1))) ? 1 : 0));
     ASSERT_EQ(r, expect) << std::hex << F32Bits(x);
+  }
+}
+
+// The vector narrowing (convert.h) on every target against F32ToBf16: the edge values,
+// random bit patterns, lengths that leave a scalar tail, with and without a bias (the
+// fp32 sum rounded once); and CastTo, which runs it.
+class Bf16NarrowingPerTarget : public testing_util::SimdTargetTest {};
+MXTRAIN_INSTANTIATE_PER_SIMD_TARGET(Bf16NarrowingPerTarget);
+
+TEST_P(Bf16NarrowingPerTarget, EqualsScalar) {
+  std::vector<float> x = {0.0f,
+                          -0.0f,
+                          1.0f,
+                          -1.0f,
+                          INFINITY,
+                          -INFINITY,
+                          NAN,
+                          -NAN,
+                          F32FromBits(0x7F800001u),
+                          F32FromBits(0xFF800001u),  // signaling
+                          F32FromBits(0x7FBFFFFFu),
+                          F32FromBits(0x7F7FFFFFu),  // max finite
+                          F32FromBits(0xFF7FFFFFu),
+                          F32FromBits(0x7F7F8000u),  // tie to Inf
+                          F32FromBits(0x3F808000u),
+                          F32FromBits(0x3F818000u),  // ties
+                          F32FromBits(0x00000001u),
+                          F32FromBits(0x807FFFFFu),  // subnormals
+                          F32FromBits(0x00008000u),
+                          F32FromBits(0x00018000u)};
+  std::mt19937 rng(11);
+  while (x.size() < 4099) x.push_back(F32FromBits(rng()));
+  std::vector<float> bias(x.size());
+  for (float& b : bias) b = F32FromBits(rng() & 0xBFFFFFFFu);  // finite, some huge
+  for (const size_t n : {x.size(), size_t{1}, size_t{7}, size_t{17}, size_t{33}}) {
+    std::vector<uint16_t> got(n), got_bias(n);
+    internal::NarrowToBf16(x.data(), static_cast<int64_t>(n), nullptr, got.data());
+    internal::NarrowToBf16(x.data(), static_cast<int64_t>(n), bias.data(), got_bias.data());
+    for (size_t i = 0; i < n; ++i) {
+      ASSERT_EQ(got[i], F32ToBf16(x[i])) << GetParam() << " bits " << std::hex << F32Bits(x[i]);
+      ASSERT_EQ(got_bias[i], F32ToBf16(x[i] + bias[i]))
+          << GetParam() << " bits " << std::hex << F32Bits(x[i]) << " + " << F32Bits(bias[i]);
+    }
+  }
+  // CastTo, below and above its parallel threshold (2^16 elements).
+  for (const int64_t n : {int64_t{4099}, int64_t{70001}}) {
+    std::vector<float> v(static_cast<size_t>(n));
+    for (float& f : v) f = F32FromBits(rng());
+    const Tensor t = testing_util::MakeF32({n, 1}, v);
+    const Tensor b = CastTo(t, DType::kBF16, MemoryCategory::kWorkspace, 2);
+    for (int64_t i = 0; i < n; ++i) {
+      ASSERT_EQ(b.data<uint16_t>()[i], F32ToBf16(v[static_cast<size_t>(i)])) << i;
+    }
   }
 }
 

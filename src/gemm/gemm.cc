@@ -11,11 +11,13 @@
 #include <cstring>
 #include <mutex>
 
+#include "convert.h"
 #include "fp_env.h"
 #include "gemm/kernels.h"
 #include "mxtrain/error.h"
 #include "mxtrain/testing.h"
 #include "omp_threads.h"
+#include "simd_internal.h"
 
 namespace mxtrain {
 namespace {
@@ -105,8 +107,9 @@ Tensor GemmResultBuffer(int64_t rows, int64_t cols, bool empty_contraction, cons
 Tensor FinishGemm(Tensor c32, const GemmOptions& o, int threads) {
   const int64_t rows = c32.shape()[0], cols = c32.shape()[1];
   float* c = c32.mutable_data<float>();
-  if (o.bias != nullptr) {
-    const float* bias = o.bias->const_data<float>();
+  const float* bias = o.bias != nullptr ? o.bias->const_data<float>() : nullptr;
+  if (o.out_dtype == DType::kF32) {
+    if (bias == nullptr) return c32;
 #pragma omp parallel num_threads(threads)
     {
       const internal::ScopedFpEnv fp_env;
@@ -115,15 +118,17 @@ Tensor FinishGemm(Tensor c32, const GemmOptions& o, int threads) {
         for (int64_t j = 0; j < cols; ++j) c[i * cols + j] += bias[j];
       }
     }
+    return c32;
   }
-  if (o.out_dtype == DType::kF32) return c32;
+  // bf16: C + bias rounded once, a row at a time, in one pass.
   Tensor out = o.out != nullptr ? *o.out : Tensor::Empty(DType::kBF16, c32.shape(), o.category);
   uint16_t* dst = out.mutable_data<uint16_t>();
+  EnsureSimdTargetChosen();
 #pragma omp parallel num_threads(threads)
   {
     const internal::ScopedFpEnv fp_env;
 #pragma omp for schedule(static)
-    for (int64_t i = 0; i < rows * cols; ++i) dst[i] = F32ToBf16(c[i]);
+    for (int64_t i = 0; i < rows; ++i) NarrowToBf16(c + i * cols, cols, bias, dst + i * cols);
   }
   return out;
 }

@@ -1,0 +1,61 @@
+// fp32 -> bf16 narrowing (convert.h), compiled once per Highway target. The scalar loop it
+// replaces ran at ~2 cycles per element: a bf16 GEMM output of 2048 x 1024 took 0.6 ms to
+// narrow, a quarter of the GEMM (Sapphire Rapids, 2 threads).
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "convert_simd.cc"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
+
+#include "convert.h"
+#include "mxtrain/format/bf16.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace mxtrain::internal {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+void NarrowToBf16Impl(const float* HWY_RESTRICT src, int64_t n, const float* HWY_RESTRICT bias,
+                      uint16_t* HWY_RESTRICT dst) {
+  int64_t j = 0;
+#if HWY_TARGET != HWY_SCALAR
+  const hn::ScalableTag<float> df;
+  const hn::RebindToSigned<decltype(df)> di;
+  const hn::Rebind<uint16_t, decltype(di)> d16;
+  const hn::RebindToUnsigned<decltype(di)> du;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
+  const auto abs_mask = hn::Set(di, 0x7FFFFFFF);
+  const auto inf_bits = hn::Set(di, 0x7F800000);
+  const auto half = hn::Set(di, 0x7FFF);
+  const auto one = hn::Set(di, 1);
+  const auto quiet = hn::Set(di, 0x0040);
+  for (; j + lanes <= n; j += lanes) {
+    auto v = hn::LoadU(df, src + j);
+    if (bias != nullptr) v = hn::Add(v, hn::LoadU(df, bias + j));
+    const auto bits = hn::BitCast(di, v);
+    // Logical shifts of the bits (as unsigned), as F32ToBf16's uint32_t arithmetic.
+    const auto high = hn::BitCast(di, hn::ShiftRight<16>(hn::BitCast(du, bits)));
+    const auto rounded = hn::BitCast(
+        di, hn::ShiftRight<16>(hn::BitCast(du, hn::Add(bits, hn::Add(half, hn::And(high, one))))));
+    const auto nan = hn::Gt(hn::And(bits, abs_mask), inf_bits);
+    const auto narrowed = hn::IfThenElse(nan, hn::Or(high, quiet), rounded);
+    hn::StoreU(hn::TruncateTo(d16, hn::BitCast(du, narrowed)), d16, dst + j);
+  }
+#endif
+  for (; j < n; ++j) dst[j] = F32ToBf16(bias != nullptr ? src[j] + bias[j] : src[j]);
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace mxtrain::internal
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace mxtrain::internal {
+
+HWY_EXPORT(NarrowToBf16Impl);
+
+void NarrowToBf16(const float* src, int64_t n, const float* bias, uint16_t* dst) {
+  HWY_DYNAMIC_DISPATCH(NarrowToBf16Impl)(src, n, bias, dst);
+}
+
+}  // namespace mxtrain::internal
+#endif
