@@ -62,14 +62,12 @@ Tensor CastTo(const Tensor& x, DType dtype, MemoryCategory category, int threads
     const float* src = x.const_data<float>();
     uint16_t* dst = out.mutable_data<uint16_t>();
     internal::EnsureSimdTargetChosen();
-    const int all = Threads(threads);  // checked whatever the size
-    const int team = n > (1 << 16) ? all : 1;
-#pragma omp parallel num_threads(team)
+#pragma omp parallel num_threads(Threads(threads)) if (n > (1 << 16))
     {
       const internal::ScopedFpEnv fp_env;
-      const int64_t t = omp_get_thread_num(), count = omp_get_num_threads();
-      const int64_t begin = n * t / count, end = n * (t + 1) / count;
-      internal::NarrowToBf16(src + begin, end - begin, nullptr, dst + begin);
+      const internal::ThreadShare share(n);
+      internal::NarrowToBf16(src + share.begin, share.end - share.begin, nullptr,
+                             dst + share.begin);
     }
   } else {
     const uint16_t* src = x.const_data<uint16_t>();

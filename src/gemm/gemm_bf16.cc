@@ -31,6 +31,7 @@
 #include "mxtrain/error.h"
 #include "mxtrain/format/bits.h"
 #include "mxtrain/tensor.h"
+#include "omp_threads.h"
 
 #define MXTRAIN_AVX512 __attribute__((target("avx512f,avx512bw")))
 #define MXTRAIN_AMX __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw")))
@@ -413,12 +414,13 @@ Tensor PackB(const GemmOperand& op, int64_t cols_pad, int64_t kbs, int threads) 
 #pragma omp parallel num_threads(threads)
   {
     const internal::ScopedFpEnv fp_env;
-    const int64_t team = omp_get_num_threads(), t = omp_get_thread_num();
     if (!op.contract_rows) {
-      const int64_t tp0 = pairs * t / team, tp1 = pairs * (t + 1) / team;
-      PackBPairs<true>(op, table, tp0, tp1, 0, kbs, kbs, dst + 2 * tp0 * kbs * kTileElems);
+      const ThreadShare tp(pairs);
+      PackBPairs<true>(op, table, tp.begin, tp.end, 0, kbs, kbs,
+                       dst + 2 * tp.begin * kbs * kTileElems);
     } else {
-      PackBPairs<true>(op, table, 0, pairs, kbs * t / team, kbs * (t + 1) / team, kbs, dst);
+      const ThreadShare kb(kbs);
+      PackBPairs<true>(op, table, 0, pairs, kb.begin, kb.end, kbs, dst);
     }
     _mm_sfence();
   }

@@ -6,6 +6,7 @@
 
 #include "fp_env.h"
 #include "mxtrain/error.h"
+#include "omp_threads.h"
 
 namespace mxtrain::internal {
 namespace {
@@ -58,8 +59,8 @@ RowScaleStats RowScaleStats::Of(const GemmOperand& op, int threads) {
 #pragma omp parallel num_threads(threads)
   {
     const internal::ScopedFpEnv fp_env;
-    const int64_t team = omp_get_num_threads(), t = omp_get_thread_num();
-    const int64_t f0 = op.free * t / team, f1 = op.free * (t + 1) / team;
+    const ThreadShare share(op.free);
+    const int64_t f0 = share.begin, f1 = share.end;
     if (!op.contract_rows) {
       for (int64_t f = f0; f < f1; ++f) {
         const uint8_t* sc = op.scales + f * op.blocks;

@@ -52,22 +52,18 @@ Tensor Dequantize(const MxTensor& q, DType out_dtype, int threads) {
 #pragma omp parallel num_threads(team)
   {
     const internal::ScopedFpEnv fp_env;
-#pragma omp for schedule(static)
-    for (int64_t t = 0; t < team; ++t) {
-      const int64_t r0 = rows * t / team;
-      const int64_t r1 = rows * (t + 1) / team;
-      int group_hint = 0;
-      for (int64_t r = r0; r < r1; ++r) {
-        const uint8_t* scale_row =
-            rowwise ? scales + r * row_blocks : scales + map(r, group_hint) * k;
-        for (int64_t c = 0; c < k; ++c) {
-          const float value =
-              table[data[r * k + c]] * DecodeE8M0(rowwise ? scale_row[c / kMxBlock] : scale_row[c]);
-          if (out_dtype == DType::kF32) {
-            out.mutable_data<float>()[r * k + c] = value;
-          } else {
-            out.mutable_data<uint16_t>()[r * k + c] = F32ToBf16(value);
-          }
+    const internal::ThreadShare share(rows);
+    int group_hint = 0;
+    for (int64_t r = share.begin; r < share.end; ++r) {
+      const uint8_t* scale_row =
+          rowwise ? scales + r * row_blocks : scales + map(r, group_hint) * k;
+      for (int64_t c = 0; c < k; ++c) {
+        const float value =
+            table[data[r * k + c]] * DecodeE8M0(rowwise ? scale_row[c / kMxBlock] : scale_row[c]);
+        if (out_dtype == DType::kF32) {
+          out.mutable_data<float>()[r * k + c] = value;
+        } else {
+          out.mutable_data<uint16_t>()[r * k + c] = F32ToBf16(value);
         }
       }
     }

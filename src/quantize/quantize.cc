@@ -233,12 +233,8 @@ MxTensor QuantizeRowwise(const Tensor& x, const QuantizeOptions& options) {
 #pragma omp parallel num_threads(threads)
   {
     const internal::ScopedFpEnv fp_env;
-#pragma omp for schedule(static)
-    for (int64_t t = 0; t < threads; ++t) {
-      const int64_t r0 = rows * t / threads;
-      const int64_t r1 = rows * (t + 1) / threads;
-      if (r0 < r1) k.rowwise(src, r0, r1, out);
-    }
+    const internal::ThreadShare share(rows);
+    if (share.begin < share.end) k.rowwise(src, share.begin, share.end, out);
   }
   return std::move(row).Finish(BlockAxis::kRowwise, options);
 }
