@@ -180,18 +180,6 @@ Tensor TinyLines(int64_t rows, int64_t cols, uint64_t seed) {
   return MakeF32({rows, cols}, v);
 }
 
-struct TinyOperands {
-  MxTensor x_row, w_row, w_col, dy_row, dy_col, x_col;
-};
-
-TinyOperands MakeTinyOperands(int64_t m, int64_t n, int64_t k, uint64_t seed) {
-  const QuantizeOptions o;
-  const DualMx x = QuantizeDual(TinyLines(m, k, seed), o);
-  const DualMx w = QuantizeDual(TinyLines(n, k, seed + 1), o);
-  const DualMx dy = QuantizeDual(TinyLines(m, n, seed + 2), o);
-  return {x.rowwise, w.rowwise, w.columnwise, dy.rowwise, dy.columnwise, x.columnwise};
-}
-
 int64_t CountSubnormal(const Tensor& c) {
   int64_t count = 0;
   for (int64_t i = 0; i < c.NumElements(); ++i) {
@@ -205,7 +193,8 @@ MXTRAIN_INSTANTIATE_PER_GEMM_PATH(FpEnvPerPath);
 
 TEST_P(FpEnvPerPath, GemmsIgnoreTheCallersEnvironment) {
   const int64_t m = 80, n = 72, k = 160;
-  const TinyOperands o = MakeTinyOperands(m, n, k, 5);
+  const testing_util::TrainingOperands o = testing_util::QuantizeTrainingOperands(
+      TinyLines(m, k, 5), TinyLines(n, k, 6), TinyLines(m, n, 7));
   GemmOptions g;
   g.threads = kThreads;
   struct Case {

@@ -30,9 +30,7 @@ using testing_util::ExpectWithinBound;
 using testing_util::MakeF32;
 using testing_util::RandomValues;
 
-struct Operands {
-  MxTensor x_row, w_row, w_col, dy_row, dy_col, x_col;
-};
+using Operands = testing_util::TrainingOperands;
 
 Operands MakeTrainingOperands(int64_t m, int64_t n, int64_t k, uint64_t seed, int lo, int hi,
                               ElementFormat grad_format = ElementFormat::kE4M3, int w_lo = 999,
@@ -41,10 +39,7 @@ Operands MakeTrainingOperands(int64_t m, int64_t n, int64_t k, uint64_t seed, in
   const Tensor x = MakeF32({m, k}, RandomValues(m * k, seed, lo, hi));
   const Tensor w = MakeF32({n, k}, RandomValues(n * k, seed + 1, w_lo, w_hi));
   const Tensor dy = MakeF32({m, n}, RandomValues(m * n, seed + 2, lo, hi));
-  const QuantizeOptions q{};
-  const QuantizeOptions g{grad_format, ScaleRule::kRceil};
-  const DualMx xd = QuantizeDual(x, q), wd = QuantizeDual(w, q), dyd = QuantizeDual(dy, g);
-  return {xd.rowwise, wd.rowwise, wd.columnwise, dyd.rowwise, dyd.columnwise, xd.columnwise};
+  return testing_util::QuantizeTrainingOperands(x, w, dy, grad_format);
 }
 
 // The tests of a GemmPerPath or GroupedGemmPerPath run once per GEMM path of this machine

@@ -12,6 +12,7 @@
 
 #include "mxtrain/format/bf16.h"
 #include "mxtrain/mx_tensor.h"
+#include "mxtrain/quantize.h"
 #include "mxtrain/tensor.h"
 
 namespace mxtrain::testing_util {
@@ -27,6 +28,21 @@ inline std::vector<float> RandomValues(int64_t n, uint64_t seed, int exp_lo, int
     v[static_cast<size_t>(i)] = std::ldexp(normal(rng), region);
   }
   return v;
+}
+
+// The six MX operands of a layer's three training GEMMs (fprop: x_row . w_row, dgrad:
+// dy_row . w_col, wgrad: dy_col . x_col), quantized from x [M, K], w [N, K] and dy [M, N]
+// (dy in grad_format), each dual-axis from one pass.
+struct TrainingOperands {
+  MxTensor x_row, w_row, w_col, dy_row, dy_col, x_col;
+};
+
+inline TrainingOperands QuantizeTrainingOperands(const Tensor& x, const Tensor& w, const Tensor& dy,
+                                                 ElementFormat grad_format = ElementFormat::kE4M3) {
+  const QuantizeOptions q{};
+  const QuantizeOptions g{grad_format, ScaleRule::kRceil};
+  const DualMx xd = QuantizeDual(x, q), wd = QuantizeDual(w, q), dyd = QuantizeDual(dy, g);
+  return {xd.rowwise, wd.rowwise, wd.columnwise, dyd.rowwise, dyd.columnwise, xd.columnwise};
 }
 
 // Decoded operand row values in double, for the bound.
