@@ -1,6 +1,7 @@
 // `mxtrain bench quantize [--reps N] [--threads T] [--dtype f32|bf16] [--case KIND]
 //  [--shape MxK] [--simd TARGET] [--code-stores auto|cached|streaming]`,
-//  `mxtrain bench gemm [--reps N] [--threads T] [--case NAME] [--path NAME]` and
+//  `mxtrain bench gemm [--reps N] [--threads T] [--case NAME] [--path NAME]
+//  [--baseline onednn-bf16|onednn-f32]` and
 //  `mxtrain bench --list`: JSON lines from the library's benchmark tables (mxtrain/bench.h).
 #include <iostream>
 #include <optional>
@@ -29,12 +30,14 @@ constexpr const char* kUsage =
     "usage: mxtrain bench quantize [--reps N] [--threads 1|2] [--dtype f32|bf16] "
     "[--code-stores auto|cached|streaming] "
     "[--case rowwise|columnwise|dual|grouped] [--shape MxK] [--simd TARGET]\n"
-    "       mxtrain bench gemm [--reps N] [--threads T] [--case NAME] [--path PATH]\n"
+    "       mxtrain bench gemm [--reps N] [--threads T] [--case NAME] [--path PATH] "
+    "[--baseline onednn-bf16|onednn-f32]\n"
     "       mxtrain bench ops [--reps N] [--threads T] [--case NAME] [--tokens T] [--hidden H]\n"
     "       mpirun -np W mxtrain bench ep [--steps N] [--model tiny|small] [--threads T]\n"
     "       mxtrain bench --list\n"
     "gemm --case NAME runs the case NAME, or every case whose name starts with NAME_ "
-    "(--case layer_fc1: its fprop, dgrad and wgrad); default --reps: 9 quantize, 3 gemm, "
+    "(--case layer_fc1: its fprop, dgrad and wgrad); --baseline: oneDNN's bf16 or f32 "
+    "matmul beside it (default: bf16 where oneDNN has one); default --reps: 9 quantize, 3 gemm, "
     "3 ops (optimizer steps per policy combination; --tokens and --hidden size the "
     "transformer and moe cases, default 4096 and 1024); ep: the default mxtrain train model "
     "and MXFP8 recipe over the job's W ranks with the experts replicated (ep1) and sharded "
@@ -74,7 +77,9 @@ bool CaseMatches(const std::string& name, const std::string& selector) {
 }
 
 int RunQuantizeBench(const ParsedArgs& args) {
-  MXTRAIN_CHECK(!args.Has("path"), "--path is a flag of mxtrain bench gemm");
+  for (const char* flag : {"path", "baseline"}) {
+    MXTRAIN_CHECK(!args.Has(flag), "--", flag, " is a flag of mxtrain bench gemm");
+  }
   const int reps = static_cast<int>(ParseInt(args.Get("reps", "9"), "--reps", 1, 1000));
   const int64_t threads =
       args.Has("threads") ? ParseInt(args.Get("threads"), "--threads", 1, 2) : 0;
@@ -133,6 +138,20 @@ int RunGemmBench(const ParsedArgs& args) {
   MXTRAIN_CHECK(!cases.empty(), "--case '", args.Get("case"),
                 "' names no gemm case (mxtrain bench --list shows them)");
   if (args.Has("path")) ForceGemmPath(args.Get("path"));
+  if (args.Has("baseline")) {
+    // The baseline is the high-precision GEMM's route for bf16 values (GemmBaselineRoute):
+    // forcing onednn-f32 gives oneDNN's f32 matmul on the same values.
+    const std::string baseline = args.Get("baseline");
+    std::string onednn;  // the oneDNN matmuls of this build and machine
+    for (const std::string& p : AvailableHpGemmPaths()) {
+      if (p.rfind("onednn-", 0) == 0) onednn += (onednn.empty() ? "" : ", ") + p;
+    }
+    MXTRAIN_CHECK((baseline == "onednn-bf16" || baseline == "onednn-f32") &&
+                      onednn.find(baseline) != std::string::npos,
+                  "--baseline value '", baseline, "' is not a oneDNN matmul of this build (",
+                  onednn.empty() ? "none" : onednn, ")");
+    ForceHpGemmPath(baseline);
+  }
   for (const GemmBenchCase& c : cases) {
     std::cout << ToJson(MeasureGemmBench(c, reps)) << std::endl;
   }
@@ -140,7 +159,7 @@ int RunGemmBench(const ParsedArgs& args) {
 }
 
 int RunOpsBench(const ParsedArgs& args) {
-  for (const char* flag : {"dtype", "shape", "simd", "code-stores", "path"}) {
+  for (const char* flag : {"dtype", "shape", "simd", "code-stores", "path", "baseline"}) {
     MXTRAIN_CHECK(!args.Has(flag), "--", flag, " is not a flag of mxtrain bench ops");
   }
   const int reps = static_cast<int>(ParseInt(args.Get("reps", "3"), "--reps", 1, 1000));
@@ -169,7 +188,8 @@ int RunOpsBench(const ParsedArgs& args) {
 
 // Several processes: rank 0 prints; a rank that fails ends the job (as mxtrain train).
 int RunEpBenchCommand(const ParsedArgs& args) {
-  for (const char* flag : {"dtype", "shape", "simd", "code-stores", "path", "case", "reps"}) {
+  for (const char* flag :
+       {"dtype", "shape", "simd", "code-stores", "path", "baseline", "case", "reps"}) {
     MXTRAIN_CHECK(!args.Has(flag), "--", flag, " is not a flag of mxtrain bench ep");
   }
   MXTRAIN_CHECK(LaunchedWorldSize() > 1,
@@ -207,6 +227,7 @@ int RunBench(const std::vector<std::string>& argv) {
                                              {"simd"},
                                              {"code-stores"},
                                              {"path"},
+                                             {"baseline"},
                                              {"tokens"},
                                              {"hidden"},
                                              {"steps"},

@@ -201,6 +201,45 @@ TEST_F(BenchJsonTest, GemmSmokeLinesHaveEveryKeyAndSaneFigures) {
   EXPECT_EQ(last["groups"], 4);
 }
 
+// --baseline picks oneDNN's bf16 or f32 matmul beside the MX GEMM (the f32 one is what the
+// fp32 FMA path is measured against); each computes the same product, and a baseline this
+// build or machine lacks, or any other name, is refused with one line and exit code 2.
+TEST_F(BenchJsonTest, GemmBaselineFlagPicksTheMatmul) {
+  const std::vector<std::string> hp = AvailableHpGemmPaths();
+  for (const std::string baseline : {"onednn-f32", "onednn-bf16"}) {
+    SCOPED_TRACE(baseline);
+    const std::vector<std::string> args = {"bench",  "gemm",        "--reps",     "1",
+                                           "--case", "smoke_dgrad", "--baseline", baseline};
+    if (!Contains(hp, baseline)) {
+      const testing_util::RunResult r = Run(args);
+      EXPECT_EQ(r.code, 2);
+      EXPECT_NE(r.err.find("--baseline value '" + baseline + "' is not a oneDNN matmul"),
+                std::string::npos)
+          << r.err;
+      EXPECT_EQ(r.out, "");
+      continue;
+    }
+    const std::vector<json> lines = RunLines(args);
+    ASSERT_EQ(lines.size(), 1u);
+    EXPECT_EQ(lines[0]["baseline"], baseline);
+    ASSERT_TRUE(lines[0]["max_rel_diff"].is_number()) << lines[0]["max_rel_diff"];
+    EXPECT_LT(lines[0]["max_rel_diff"].get<double>(), 1e-3);
+    ExpectRatio(lines[0], "ratio", "gflops", "onednn_gflops");
+  }
+  for (const std::vector<std::string>& bad :
+       {std::vector<std::string>{"bench", "gemm", "--case", "smoke_fprop", "--baseline",
+                                 "portable"},
+        std::vector<std::string>{"bench", "gemm", "--case", "smoke_fprop", "--baseline", "mkl"},
+        std::vector<std::string>{"bench", "quantize", "--baseline", "onednn-f32"},
+        std::vector<std::string>{"bench", "ops", "--baseline", "onednn-f32"}}) {
+    const testing_util::RunResult r = Run(bad);
+    EXPECT_EQ(r.code, 2) << bad.back();
+    EXPECT_NE(r.err.find("--baseline"), std::string::npos) << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    EXPECT_EQ(r.out, "");
+  }
+}
+
 TEST_F(BenchJsonTest, OpsSmokeLinesHaveEveryKeyAndSaneFigures) {
   const std::vector<json> lines = RunLines({"bench", "ops", "--reps", "1", "--case", "smoke"});
   const std::set<std::string> keys{"case",

@@ -6,7 +6,9 @@
 //             and writes the same output bytes;
 //   gemm:     each MX GEMM beside oneDNN's matmul of the same shape and values (when
 //             mxtrain was built with oneDNN): its bf16 matmul where oneDNN has one for this
-//             CPU, else its f32 matmul on the same bf16 values ("baseline"); and against the
+//             CPU, else its f32 matmul on the same bf16 values ("baseline": the high-
+//             precision GEMM route, so ForceHpGemmPath("onednn-f32") picks the f32 one
+//             anywhere, as `mxtrain bench gemm --baseline` does); and against the
 //             measured peak of the unit the GEMM path runs on (AMX tiles, VDPBF16PS, or fp32
 //             FMA on the current Highway target).
 #pragma once
