@@ -317,6 +317,66 @@ TEST_P(GemmSimdF32PerTarget, AgainstOracle) {
   }
 }
 
+// The simd-f32 path sums each element K chunk by K chunk in a fixed order with fused
+// multiply-adds, however many chunks a group holds (two on AVX-512, one on AVX2) and
+// however the threads split the work: every FMA target gives the AVX2 target's bytes. The
+// shapes cover groups with a partial last chunk, a lone last chunk, tile and column-block
+// remainders, both thread splits (rows, and columns for few rows), the three training
+// layouts and accumulation. (A machine with one FMA target has nothing to compare; the SSE
+// targets have no FMA and round twice.)
+TEST(GemmSimdF32, SameBytesOnEveryFmaTarget) {
+  std::vector<std::string> fma_targets;
+  for (const std::string& target : AvailableSimdTargets()) {
+    if (target.rfind("AVX", 0) == 0) fma_targets.push_back(target);
+  }
+  ForceGemmPath("simd-f32");
+  struct Case {
+    int64_t m, n, k;
+    int threads;
+  };
+  int compared = 0;
+  for (const Case& c : {Case{100, 70, 1100, 2}, Case{100, 70, 1100, 1}, Case{20, 4200, 600, 2},
+                        Case{45, 33, 257, 2}, Case{29, 64, 512, 2}}) {
+    const Operands o =
+        MakeTrainingOperands(c.m, c.n, c.k, static_cast<uint64_t>(c.m * c.n + c.k), -3, 3);
+    const std::vector<float> before_values = RandomValues(c.n * c.k, 77, -1, 1);
+    GemmOptions opts;
+    opts.threads = c.threads;
+    // fprop, dgrad, wgrad, wgrad accumulating into a given C, on the current target.
+    const auto run = [&] {
+      std::vector<Tensor> out;
+      out.push_back(MxGemm(o.x_row, o.w_row, opts));
+      out.push_back(MxGemm(o.dy_row, o.w_col, opts));
+      out.push_back(MxGemm(o.dy_col, o.x_col, opts));
+      Tensor acc = MakeF32({c.n, c.k}, before_values);
+      GemmOptions with_acc = opts;
+      with_acc.accumulate = &acc;
+      MxGemm(o.dy_col, o.x_col, with_acc);
+      out.push_back(acc);
+      return out;
+    };
+    if (fma_targets.size() < 2) break;
+    std::vector<Tensor> expected;
+    {
+      const ScopedSimdTarget reference(fma_targets.back());  // the narrowest: AVX2
+      expected = run();
+    }
+    for (const std::string& target : fma_targets) {
+      if (target == fma_targets.back()) continue;
+      const ScopedSimdTarget scoped(target);
+      const std::vector<Tensor> got = run();
+      for (size_t i = 0; i < got.size(); ++i) {
+        EXPECT_TRUE(testing_util::BytesEqual(got[i], expected[i]))
+            << target << " " << c.m << "x" << c.n << "x" << c.k << " threads " << c.threads
+            << " output " << i;
+        ++compared;
+      }
+    }
+  }
+  ForceGemmPath("");
+  RecordProperty("outputs_compared", compared);
+}
+
 // --- Grouped ---------------------------------------------------------------------------
 
 class GroupedGemmPerPath : public testing_util::GemmPathTest {};

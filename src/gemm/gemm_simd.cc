@@ -2,12 +2,13 @@
 // for machines without AMX or AVX512-BF16. Written once over vector width, BLIS-style:
 //
 //   for each column block of nc (B panel: K chunk x nc, packed once, shared, in L2/L3)
-//     for each K chunk of kc
-//       pack B's chunk into kNr-column micro-panels [kc][kNr]         (threads share it out)
+//     for each group of kChunkGroup K chunks of kc
+//       pack B's chunks into kNr-column micro-panels [kc][kNr]        (threads share it out)
 //       for each block of mc rows of this thread                      (A block in L2)
-//         pack A's block into kMr-row micro-panels [kc][kMr]
-//         for each B micro-panel (kc x kNr floats, stays in L1)
-//           for each A micro-panel: kMr x kNr of C += A . B over kc   (registers)
+//         pack A's block, each chunk into kMr-row micro-panels [kc][kMr]
+//         for each column of B micro-panels
+//           for each chunk of the group, in K order  (its B micro-panel, kc x kNr, in L1)
+//             for each A micro-panel: kMr x kNr of C += A . B over kc   (registers)
 //
 // Packing decodes each FP8 code to fp32 with its block's E8M0 scale folded in, which is
 // exact for the exact-safe tiles this path computes (operand.h); other tiles go to the
@@ -17,7 +18,8 @@
 // FMA latency 4-5 x 2 ports needs >= 10 independent chains), 14 x 32 on AVX-512 (28 of 32
 // zmm). Per K step it loads 2 B vectors and broadcasts kMr A values.
 // Each C element is summed K chunk by K chunk in a fixed order (C = C + chunk sum), so the
-// bytes never depend on the thread count or on the blocking over M and N.
+// bytes never depend on the thread count, on the blocking over M and N, or on how many
+// chunks a group holds (nor, among the targets with FMA, on the target).
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "gemm/gemm_simd.cc"
@@ -33,6 +35,7 @@
 
 #include "fp_env.h"
 #include "gemm/kernels.h"
+#include "simd_internal.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace mxtrain::internal {
@@ -53,8 +56,20 @@ constexpr int64_t kMr = 6;
 // it: 16 KiB on AVX2, 32 KiB on AVX-512.
 constexpr int64_t kKc = 256;
 static_assert(kKc % kMxBlock == 0, "K chunks hold whole MX blocks");
-// A block per thread, in L2: ~200 KiB of A micro-panels (a quarter of a Zen 2 L2).
+// A block per thread and K chunk, in L2: ~200 KiB of A micro-panels (a quarter of a Zen 2
+// L2).
 constexpr int64_t kABlockBytes = 200 * 1024;
+// K chunks run back to back on each column of C tiles. Between two chunks a C tile makes a
+// round trip (C = C + chunk sum); within a group that trip stays in L1 and L2, where chunk
+// by chunk over the whole B panel it went to L3 or memory. That traffic held the AVX-512
+// target at ~0.65 of its FMA peak: two chunks per group gave square_4096 398-426 against
+// 438-459 ms and the layer shapes 1-12% (Sapphire Rapids, alternating, docs/benchmarks.md);
+// four gained nothing, nor did two on AVX2 (whose tile does half the work per C trip).
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+constexpr int64_t kChunkGroup = 2;
+#else
+constexpr int64_t kChunkGroup = 1;
+#endif
 // Columns per B panel: at most 4096 (4 MiB of fp32 at kKc = 256), so that it stays in L3.
 constexpr int64_t kNcMax = 4096;
 
@@ -250,8 +265,17 @@ void RunGemm(const GemmProblem& p, std::vector<uint8_t>& skipped) {
   const int64_t nc_panels = std::min(col_panels, kNcMax / nr);
   const int64_t mc_panels = std::max<int64_t>(1, kABlockBytes / (kMr * kKc * 4));
   const DecodeTables ta(p.a.format), tb(p.b.format);
-  // B panel of one (column block, K chunk): nc_panels micro-panels of [kKc][nr].
-  Tensor b_pack = Tensor::Empty(DType::kF32, {nc_panels * kKc * nr}, MemoryCategory::kWorkspace);
+  // B panel of one (column block, K chunk): nc_panels micro-panels of [kKc][nr]; a group's
+  // chunks one after another. A block likewise, per thread.
+  const int64_t b_chunk = nc_panels * kKc * nr, a_chunk = mc_panels * kMr * kKc;
+  // One chunk at a time where a chunk's B panel and A block fit L2 and a group's would not:
+  // B then stays in L2 for all the thread's A blocks (an expert of 1408 columns on one
+  // thread: MoE FC1 fprop 5% slower with two).
+  const int64_t chunk_bytes = (b_chunk + a_chunk) * static_cast<int64_t>(sizeof(float));
+  const int64_t l2 = L2CacheBytes();
+  const bool group_spills = chunk_bytes <= l2 && kChunkGroup * chunk_bytes > l2;
+  const int64_t group = std::min(group_spills ? 1 : kChunkGroup, CeilDiv(s, kKc));
+  Tensor b_pack = Tensor::Empty(DType::kF32, {group * b_chunk}, MemoryCategory::kWorkspace);
   float* bp = b_pack.mutable_data<float>();
   MXTRAIN_DCHECK(reinterpret_cast<uintptr_t>(bp) % 64 == 0);  // micro-panels 64-aligned
   // Rows split between threads when each gets at least two micro-panels of rows; else the
@@ -262,7 +286,7 @@ void RunGemm(const GemmProblem& p, std::vector<uint8_t>& skipped) {
   {
     const internal::ScopedFpEnv fp_env;
     const int64_t team = omp_get_num_threads(), t = omp_get_thread_num();
-    Tensor a_pack = Tensor::Empty(DType::kF32, {mc_panels * kMr * kKc}, MemoryCategory::kWorkspace);
+    Tensor a_pack = Tensor::Empty(DType::kF32, {group * a_chunk}, MemoryCategory::kWorkspace);
     float* ap = a_pack.mutable_data<float>();
     alignas(64) float edge[kMr * 2 * HWY_MAX_BYTES / sizeof(float)];
     // One K step of the columnwise panels this thread packs (PackColumnwise).
@@ -274,47 +298,56 @@ void RunGemm(const GemmProblem& p, std::vector<uint8_t>& skipped) {
       const int64_t jc_end = std::min(col_panels, jc + nc_panels);
       const int64_t cp0 = split_rows ? jc : jc + (jc_end - jc) * t / team;
       const int64_t cp1 = split_rows ? jc_end : jc + (jc_end - jc) * (t + 1) / team;
-      for (int64_t k0 = 0; k0 < s; k0 += kKc) {
-        const int64_t kc = std::min(kKc, s - k0);
-        const bool add = k0 > 0 || !p.overwrite;
-        if (p.b.contract_rows) {
-          // This thread's share of the panel, as a static schedule would give it.
-          const int64_t j0 = jc + (jc_end - jc) * t / team,
-                        j1 = jc + (jc_end - jc) * (t + 1) / team;
-          if (j0 < j1) {
-            PackColumnwise<kNr>(p.b, tb, j0 * nr, j1 - j0, k0, kc, bp + (j0 - jc) * kKc * nr,
-                                step.mutable_data<float>());
-          }
-#pragma omp barrier
-        } else {
-#pragma omp for schedule(static)
-          for (int64_t jp = jc; jp < jc_end; ++jp) {
-            PackPanel(p.b, tb, jp * nr, nr, k0, kc, bp + (jp - jc) * kKc * nr);
-          }
-        }
-        for (int64_t ic = rp0; ic < rp1; ic += mc_panels) {
-          const int64_t ic_end = std::min(rp1, ic + mc_panels);
-          if (p.a.contract_rows) {
-            PackColumnwise<kMr>(p.a, ta, ic * kMr, ic_end - ic, k0, kc, ap,
-                                step.mutable_data<float>());
+      for (int64_t kg = 0; kg < s; kg += group * kKc) {
+        const int64_t chunks = std::min(group, CeilDiv(s - kg, kKc));
+        // Chunk g of the group: K [k0(g), k0(g) + kc(g)).
+        const auto k0 = [&](int64_t g) { return kg + g * kKc; };
+        const auto kc = [&](int64_t g) { return std::min(kKc, s - k0(g)); };
+        for (int64_t g = 0; g < chunks; ++g) {
+          float* bg = bp + g * b_chunk;
+          if (p.b.contract_rows) {
+            // This thread's share of the panel, as a static schedule would give it.
+            const int64_t j0 = jc + (jc_end - jc) * t / team,
+                          j1 = jc + (jc_end - jc) * (t + 1) / team;
+            if (j0 < j1) {
+              PackColumnwise<kNr>(p.b, tb, j0 * nr, j1 - j0, k0(g), kc(g),
+                                  bg + (j0 - jc) * kKc * nr, step.mutable_data<float>());
+            }
           } else {
-            for (int64_t ip = ic; ip < ic_end; ++ip) {
-              PackPanel(p.a, ta, ip * kMr, kMr, k0, kc, ap + (ip - ic) * kKc * kMr);
+#pragma omp for schedule(static) nowait
+            for (int64_t jp = jc; jp < jc_end; ++jp) {
+              PackPanel(p.b, tb, jp * nr, nr, k0(g), kc(g), bg + (jp - jc) * kKc * nr);
             }
           }
-          const auto tile = [&](int64_t ip, int64_t jp) {
+        }
+#pragma omp barrier
+        for (int64_t ic = rp0; ic < rp1; ic += mc_panels) {
+          const int64_t ic_end = std::min(rp1, ic + mc_panels);
+          for (int64_t g = 0; g < chunks; ++g) {
+            float* ag = ap + g * a_chunk;
+            if (p.a.contract_rows) {
+              PackColumnwise<kMr>(p.a, ta, ic * kMr, ic_end - ic, k0(g), kc(g), ag,
+                                  step.mutable_data<float>());
+            } else {
+              for (int64_t ip = ic; ip < ic_end; ++ip) {
+                PackPanel(p.a, ta, ip * kMr, kMr, k0(g), kc(g), ag + (ip - ic) * kKc * kMr);
+              }
+            }
+          }
+          const auto tile = [&](int64_t ip, int64_t jp, int64_t g) {
             if (!block_ok[ip * blocks_j + jp]) return;
-            const float* b = bp + (jp - jc) * kKc * nr;
+            const bool add = k0(g) > 0 || !p.overwrite;
+            const float* b = bp + g * b_chunk + (jp - jc) * kKc * nr;
             const int64_t j0 = jp * nr, w = std::min(nr, cols - j0);
-            const float* a = ap + (ip - ic) * kKc * kMr;
+            const float* a = ap + g * a_chunk + (ip - ic) * kKc * kMr;
             const int64_t i0 = ip * kMr, h = std::min(kMr, rows - i0);
             float* c = p.c + i0 * cols + j0;
             if (h == kMr && w == nr) {
-              MicroKernel(a, b, kc, c, cols, add);
+              MicroKernel(a, b, kc(g), c, cols, add);
               return;
             }
             // An edge block: through a buffer, then the part of C that exists.
-            MicroKernel(a, b, kc, edge, nr, false);
+            MicroKernel(a, b, kc(g), edge, nr, false);
             for (int64_t r = 0; r < h; ++r) {
               for (int64_t j = 0; j < w; ++j) {
                 float& out = c[r * cols + j];
@@ -322,13 +355,16 @@ void RunGemm(const GemmProblem& p, std::vector<uint8_t>& skipped) {
               }
             }
           };
-          // B micro-panel outer (in L1), A micro-panels inner (from L2). A micro-panel in
-          // L1 with B streamed from L2 instead (nc = 1024) measured 0.72-0.97x of this.
+          // B micro-panel outer (in L1), A micro-panels inner (from L2), each column's
+          // chunks in K order. A micro-panel in L1 with B streamed from L2 instead
+          // (nc = 1024) measured 0.72-0.97x of this.
           for (int64_t jp = cp0; jp < cp1; ++jp) {
-            for (int64_t ip = ic; ip < ic_end; ++ip) tile(ip, jp);
+            for (int64_t g = 0; g < chunks; ++g) {
+              for (int64_t ip = ic; ip < ic_end; ++ip) tile(ip, jp, g);
+            }
           }
         }
-        // The next chunk's B pack overwrites this one.
+        // The next group's B pack overwrites this one.
 #pragma omp barrier
       }
     }
@@ -340,7 +376,6 @@ void RunGemm(const GemmProblem& p, std::vector<uint8_t>& skipped) {
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
-#include "simd_internal.h"
 
 namespace mxtrain::internal {
 
