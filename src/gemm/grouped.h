@@ -36,9 +36,9 @@ struct GroupSchedule {
 // For two threads: the groups of `order` (rows > 0) that thread 0 takes so that the larger
 // share of rows is as small as it can be, found by subset sums over rows counted in units
 // of ceil(total / kUnits) (exact up to that rounding; for each sum the group that first
-// reached it is kept, to read the subset back). Largest first alone left the uneven MoE bench layer 2% off even
-// (4180 against 4012 of 8192 rows; best 4098), and the thread with the extra experts
-// finished 1-3 ms after the other.
+// reached it is kept, to read the subset back). Largest first alone left the uneven MoE
+// bench layer 2% off even (4180 against 4012 of 8192 rows; best 4098), and the thread with
+// the extra expert finished 1-3 ms after the other.
 inline std::vector<int> HalfOfGroups(const GroupList& groups, const std::vector<int>& order) {
   constexpr int64_t kUnits = 4096;
   int64_t total = 0;
@@ -98,11 +98,11 @@ inline GroupSchedule PlanGroups(const GroupList& groups, int threads, GroupThrea
 // Runs fn(e, threads_per_call) once for every group e with rows. Groups run concurrently,
 // one thread each (on two threads the split of HalfOfGroups; on more, largest first, each
 // to the thread with the least work so far), when that balances their rows to within 5% of
-// an even split over `threads`; otherwise one
-// after another with all threads. Each group's result is the same either way (a GEMM's
-// bytes never depend on its thread count); one thread per group saves the barriers and
-// the uneven split of a small group's row panels, and each thread's L2 holds only its own
-// expert's weights. The first exception thrown by any call is rethrown.
+// an even split over `threads`; otherwise one after another with all threads. Each
+// group's result is the same either way (a GEMM's bytes never depend on its thread count);
+// one thread per group saves the barriers and the uneven split of a small group's row
+// panels, and each thread's L2 holds only its own expert's weights. The first exception
+// thrown by any call is rethrown.
 template <typename Fn>
 void ForEachGroup(const GroupList& groups, int threads, GroupThreads mode, Fn&& fn) {
   const GroupSchedule plan = PlanGroups(groups, threads, mode);
