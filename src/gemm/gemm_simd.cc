@@ -62,9 +62,9 @@ constexpr int64_t kABlockBytes = 200 * 1024;
 // K chunks run back to back on each column of C tiles. Between two chunks a C tile makes a
 // round trip (C = C + chunk sum); within a group that trip stays in L1 and L2, where chunk
 // by chunk over the whole B panel it went to L3 or memory. That traffic held the AVX-512
-// target at ~0.65 of its FMA peak: two chunks per group gave square_4096 398-426 against
-// 438-459 ms and the layer shapes 1-12% (Sapphire Rapids, alternating, docs/benchmarks.md);
-// four gained nothing, nor did two on AVX2 (whose tile does half the work per C trip).
+// target at ~0.65 of its FMA peak: two chunks per group gave square_4096 388-439 against
+// 462-475 ms and the layer shapes 4-14% (Sapphire Rapids, alternating, docs/benchmarks.md);
+// four gained nothing, nor did two on AVX2 (half the FMA rate, so C's traffic weighs half).
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
 constexpr int64_t kChunkGroup = 2;
 #else
