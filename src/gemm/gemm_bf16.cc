@@ -215,8 +215,9 @@ MXTRAIN_AVX512 inline void DecodeStorageRows(const GemmOperand& op, const Bf16De
 // Index vectors of the butterfly stages of TransposeRows, built at compile time.
 template <typename T>
 struct TransposeIndices {
+  static_assert(sizeof(T) == 4 || sizeof(T) == 8, "32- or 64-bit lanes");
   static constexpr int kN = 64 / static_cast<int>(sizeof(T));
-  static constexpr int kStages = kN == 32 ? 5 : 4;
+  static constexpr int kStages = kN == 16 ? 4 : 3;
   alignas(64) T lo[kStages][kN] = {};
   alignas(64) T hi[kStages][kN] = {};
   constexpr TransposeIndices() {
@@ -232,30 +233,60 @@ struct TransposeIndices {
 template <typename T>
 inline constexpr TransposeIndices<T> kTransposeIndices{};
 
+// One butterfly stage over N rows: for each row pair (i, i + b), i without bit b, the
+// two-register permutes `lo` and `hi` in units of U (32- or 64-bit lanes).
+template <typename U, int kN>
+MXTRAIN_AVX512 inline void TransposeStage(__m512i* rows, int b, __m512i lo, __m512i hi) {
+#pragma GCC unroll 32
+  for (int i = 0; i < kN; ++i) {
+    if (i & b) continue;
+    const __m512i top = rows[i], bottom = rows[i + b];
+    if constexpr (sizeof(U) == 8) {
+      rows[i] = _mm512_permutex2var_epi64(top, lo, bottom);
+      rows[i + b] = _mm512_permutex2var_epi64(top, hi, bottom);
+    } else {
+      rows[i] = _mm512_permutex2var_epi32(top, lo, bottom);
+      rows[i + b] = _mm512_permutex2var_epi32(top, hi, bottom);
+    }
+  }
+}
+
 // Transposes a square matrix of 64-byte rows of T held in registers: N = 64 / sizeof(T)
 // rows (32 of 16-bit values, 16 of 32-bit ones), log2(N) butterfly stages that swap the
 // off-diagonal b x b blocks (b = N/2 .. 1), two two-register permutes per row pair each.
-// Fully unrolled, so that the rows stay in registers.
+// For 16-bit values the stages whose blocks are whole 64- or 32-bit lanes permute those
+// (one uop each, where a 16-bit vpermt2w takes three), and the last (b = 1) is a shift and
+// a blend per row. Fully unrolled, so that the rows stay in registers.
 template <typename T>
 MXTRAIN_AVX512 inline void TransposeRows(__m512i* rows) {
-  using Idx = TransposeIndices<T>;
-  constexpr int kN = Idx::kN;
-#pragma GCC unroll 8
-  for (int stage = 0; stage < Idx::kStages; ++stage) {
-    const int b = (kN / 2) >> stage;
-    const __m512i lo = _mm512_load_si512(kTransposeIndices<T>.lo[stage]);
-    const __m512i hi = _mm512_load_si512(kTransposeIndices<T>.hi[stage]);
-#pragma GCC unroll 32
-    for (int i = 0; i < kN; ++i) {
-      if (i & b) continue;
-      const __m512i top = rows[i], bottom = rows[i + b];
-      if constexpr (sizeof(T) == 2) {
-        rows[i] = _mm512_permutex2var_epi16(top, lo, bottom);
-        rows[i + b] = _mm512_permutex2var_epi16(top, hi, bottom);
-      } else {
-        rows[i] = _mm512_permutex2var_epi32(top, lo, bottom);
-        rows[i + b] = _mm512_permutex2var_epi32(top, hi, bottom);
-      }
+  if constexpr (sizeof(T) == 4) {
+#pragma GCC unroll 4
+    for (int stage = 0; stage < 4; ++stage) {
+      TransposeStage<uint32_t, 16>(rows, 8 >> stage,
+                                   _mm512_load_si512(kTransposeIndices<uint32_t>.lo[stage]),
+                                   _mm512_load_si512(kTransposeIndices<uint32_t>.hi[stage]));
+    }
+  } else {
+    static_assert(sizeof(T) == 2);
+    // b = 16, 8, 4 values: 4, 2, 1 64-bit lanes; b = 2: one 32-bit lane.
+#pragma GCC unroll 3
+    for (int stage = 0; stage < 3; ++stage) {
+      TransposeStage<uint64_t, 32>(rows, 16 >> stage,
+                                   _mm512_load_si512(kTransposeIndices<uint64_t>.lo[stage]),
+                                   _mm512_load_si512(kTransposeIndices<uint64_t>.hi[stage]));
+    }
+    TransposeStage<uint32_t, 32>(rows, 2, _mm512_load_si512(kTransposeIndices<uint32_t>.lo[3]),
+                                 _mm512_load_si512(kTransposeIndices<uint32_t>.hi[3]));
+    // b = 1: row i takes (top[c], bottom[c - 1]) at (even, odd) c, row i + 1 (top[c + 1],
+    // bottom[c]).
+    // (The zero-masked shifts: GCC 12 warns that the plain ones read an undefined vector.)
+    constexpr __mmask32 kOdd = 0xAAAAAAAAu;
+    constexpr __mmask16 kAll = 0xFFFF;
+#pragma GCC unroll 16
+    for (int i = 0; i < 32; i += 2) {
+      const __m512i top = rows[i], bottom = rows[i + 1];
+      rows[i] = _mm512_mask_blend_epi16(kOdd, top, _mm512_maskz_slli_epi32(kAll, bottom, 16));
+      rows[i + 1] = _mm512_mask_blend_epi16(kOdd, _mm512_maskz_srli_epi32(kAll, top, 16), bottom);
     }
   }
 }
