@@ -35,6 +35,7 @@
 
 #include "fp_env.h"
 #include "gemm/kernels.h"
+#include "omp_threads.h"
 #include "simd_internal.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -285,19 +286,23 @@ void RunGemm(const GemmProblem& p, std::vector<uint8_t>& skipped) {
 #pragma omp parallel num_threads(p.threads)
   {
     const internal::ScopedFpEnv fp_env;
-    const int64_t team = omp_get_num_threads(), t = omp_get_thread_num();
     Tensor a_pack = Tensor::Empty(DType::kF32, {group * a_chunk}, MemoryCategory::kWorkspace);
     float* ap = a_pack.mutable_data<float>();
     alignas(64) float edge[kMr * 2 * HWY_MAX_BYTES / sizeof(float)];
     // One K step of the columnwise panels this thread packs (PackColumnwise).
     Tensor step = Tensor::Empty(DType::kF32, {std::max(nc_panels * nr, mc_panels * kMr)},
                                 MemoryCategory::kWorkspace);
-    const int64_t rp0 = split_rows ? row_panels * t / team : 0;
-    const int64_t rp1 = split_rows ? row_panels * (t + 1) / team : row_panels;
+    const ThreadShare my_rows(row_panels);
+    const int64_t rp0 = split_rows ? my_rows.begin : 0;
+    const int64_t rp1 = split_rows ? my_rows.end : row_panels;
     for (int64_t jc = 0; jc < col_panels; jc += nc_panels) {
       const int64_t jc_end = std::min(col_panels, jc + nc_panels);
-      const int64_t cp0 = split_rows ? jc : jc + (jc_end - jc) * t / team;
-      const int64_t cp1 = split_rows ? jc_end : jc + (jc_end - jc) * (t + 1) / team;
+      // This thread's share of the block's column micro-panels: the columnwise B panel it
+      // packs, and the columns it computes when the threads split the columns.
+      const ThreadShare my_cols(jc_end - jc);
+      const int64_t j0 = jc + my_cols.begin, j1 = jc + my_cols.end;
+      const int64_t cp0 = split_rows ? jc : j0;
+      const int64_t cp1 = split_rows ? jc_end : j1;
       for (int64_t kg = 0; kg < s; kg += group * kKc) {
         const int64_t chunks = std::min(group, CeilDiv(s - kg, kKc));
         // Chunk g of the group: K [k0(g), k0(g) + kc(g)).
@@ -306,9 +311,6 @@ void RunGemm(const GemmProblem& p, std::vector<uint8_t>& skipped) {
         for (int64_t g = 0; g < chunks; ++g) {
           float* bg = bp + g * b_chunk;
           if (p.b.contract_rows) {
-            // This thread's share of the panel, as a static schedule would give it.
-            const int64_t j0 = jc + (jc_end - jc) * t / team,
-                          j1 = jc + (jc_end - jc) * (t + 1) / team;
             if (j0 < j1) {
               PackColumnwise<kNr>(p.b, tb, j0 * nr, j1 - j0, k0(g), kc(g),
                                   bg + (j0 - jc) * kKc * nr, step.mutable_data<float>());
