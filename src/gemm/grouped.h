@@ -48,20 +48,16 @@ inline std::vector<int> HalfOfGroups(const GroupList& groups, const std::vector<
   int64_t sum = 0;
   for (size_t i = 0; i < order.size(); ++i) sum += w[i] = (groups.size(order[i]) + unit - 1) / unit;
   // first[s]: the index into `order` of the group that first made sum s reachable, -1 if
-  // none has (s = 0 is reachable by no group).
+  // none has; s = 0 is reachable with no group.
   std::vector<int> first(static_cast<size_t>(sum + 1), -1);
-  std::vector<char> reachable(static_cast<size_t>(sum + 1), 0);
-  reachable[0] = 1;
+  const auto reachable = [&](int64_t s) { return s == 0 || first[s] >= 0; };
   for (size_t i = 0; i < order.size(); ++i) {
     for (int64_t s = sum - w[i]; s >= 0; --s) {
-      if (reachable[s] && !reachable[s + w[i]]) {
-        reachable[s + w[i]] = 1;
-        first[s + w[i]] = static_cast<int>(i);
-      }
+      if (reachable(s) && !reachable(s + w[i])) first[s + w[i]] = static_cast<int>(i);
     }
   }
   int64_t best = sum / 2;  // the largest reachable sum not above half
-  while (!reachable[best]) --best;
+  while (!reachable(best)) --best;
   std::vector<int> half;
   for (int64_t s = best; s > 0; s -= w[first[s]]) half.push_back(order[first[s]]);
   return half;
