@@ -3,6 +3,7 @@
 //  `mxtrain bench gemm [--reps N] [--threads T] [--case NAME] [--path NAME]
 //  [--baseline onednn-bf16|onednn-f32]` and
 //  `mxtrain bench --list`: JSON lines from the library's benchmark tables (mxtrain/bench.h).
+#include <algorithm>
 #include <iostream>
 #include <optional>
 #include <sstream>
@@ -142,14 +143,16 @@ int RunGemmBench(const ParsedArgs& args) {
     // The baseline is the high-precision GEMM's route for bf16 values (GemmBaselineRoute):
     // forcing onednn-f32 gives oneDNN's f32 matmul on the same values.
     const std::string baseline = args.Get("baseline");
-    std::string onednn;  // the oneDNN matmuls of this build and machine
+    std::vector<std::string> onednn;  // the oneDNN matmuls of this build and machine
+    std::string listed;
     for (const std::string& p : AvailableHpGemmPaths()) {
-      if (p.rfind("onednn-", 0) == 0) onednn += (onednn.empty() ? "" : ", ") + p;
+      if (p.rfind("onednn-", 0) != 0) continue;
+      onednn.push_back(p);
+      listed += (listed.empty() ? "" : ", ") + p;
     }
-    MXTRAIN_CHECK((baseline == "onednn-bf16" || baseline == "onednn-f32") &&
-                      onednn.find(baseline) != std::string::npos,
+    MXTRAIN_CHECK(std::find(onednn.begin(), onednn.end(), baseline) != onednn.end(),
                   "--baseline value '", baseline, "' is not a oneDNN matmul of this build (",
-                  onednn.empty() ? "none" : onednn, ")");
+                  listed.empty() ? "none" : listed, ")");
     ForceHpGemmPath(baseline);
   }
   for (const GemmBenchCase& c : cases) {
