@@ -222,8 +222,8 @@ void FinishColumnStrip(const QuantSource& src, const ColStrip& strip, ColwiseOut
   const int64_t n = static_cast<int64_t>(hn::Lanes(di));
   const hn::Rebind<uint16_t, DI> d16;
   auto any_nan = hn::FirstN(di, 0);
-  int64_t c = 0;
-  for (; c + n <= width; c += n) {
+  // Columns [c, c + n) in 32-bit lanes: scale bytes, and the 16-bit encoder's offsets.
+  const auto step32 = [&](int64_t c) {
     VI amax;
     if constexpr (sizeof(ws.amax[0]) == 2) {
       const auto a16 = hn::LoadU(d16, reinterpret_cast<const uint16_t*>(ws.amax) + c);
@@ -236,11 +236,39 @@ void FinishColumnStrip(const QuantSource& src, const ColStrip& strip, ColwiseOut
     any_nan = hn::Or(any_nan, hn::Eq(b, hn::Set(di, kE8M0NaN)));
 #if HWY_TARGET != HWY_SCALAR
     VI sub, slow_below;
-    OffsetsV<kFormat>(b, sub, slow_below);
+    OffsetsV<kFormat>(di, b, sub, slow_below);
     hn::StoreU(hn::TruncateTo(d16, hn::BitCast(DU(), sub)), d16, ws.sub + c);
     hn::StoreU(hn::TruncateTo(d16, hn::BitCast(DU(), slow_below)), d16, ws.slow_below + c);
 #endif
+  };
+  int64_t c = 0;
+#if HWY_TARGET != HWY_SCALAR
+  if constexpr (sizeof(ws.amax[0]) == 2) {
+    // bf16 amax in 16-bit lanes, twice the columns per op (in 32-bit lanes this loop took
+    // 15% of bf16 columnwise time in cache on AVX2).
+    const D16 dh;
+    const hn::RebindToSigned<D16> ds;
+    const hn::Rebind<uint8_t, D16> d8;
+    const int64_t nh = static_cast<int64_t>(hn::Lanes(dh));
+    auto any_nan16 = hn::FirstN(dh, 0);
+    for (; c + nh <= width; c += nh) {
+      V16 b;
+      if (HWY_LIKELY(ScalesV16(src.scale_table, hn::LoadU(dh, ws.amax + c), b))) {
+        hn::StoreU(hn::DemoteTo(d8, hn::BitCast(ds, b)), d8, scales + c);
+      } else {  // a lane outside the affine binades: the table, in 32-bit lanes
+        for (int64_t h = 0; h < nh; h += n) step32(c + h);
+        b = hn::PromoteTo(dh, hn::LoadU(d8, scales + c));
+      }
+      any_nan16 = hn::Or(any_nan16, hn::Eq(b, hn::Set(dh, kE8M0NaN)));
+      hn::Vec<decltype(ds)> sub, slow_below;
+      OffsetsV<kFormat>(ds, hn::BitCast(ds, b), sub, slow_below);
+      hn::StoreU(hn::BitCast(dh, sub), dh, ws.sub + c);
+      hn::StoreU(hn::BitCast(dh, slow_below), dh, ws.slow_below + c);
+    }
+    if (!hn::AllFalse(dh, any_nan16)) any_nan = hn::FirstN(di, 1);
   }
+#endif
+  for (; c + n <= width; c += n) step32(c);
   bool nan_column = !hn::AllFalse(di, any_nan);
   for (; c < width; ++c) {
     const uint32_t amax_bits = static_cast<uint32_t>(ws.amax[c])

@@ -62,17 +62,40 @@ struct Enc16 {
   }
 };
 
-// Enc16::Sub and ::SlowBelow on a vector of scale bytes (32-bit lanes, none NaN).
-template <ElementFormat kFormat>
-HWY_INLINE void OffsetsV(VI b, VI& sub, VI& slow_below) {
+// Enc16::Sub and ::SlowBelow on a vector of scale bytes (none NaN), in 32-bit lanes or in
+// 16-bit ones (signed: every value fits, and 0xFFFE is -2 there).
+template <ElementFormat kFormat, class D>
+HWY_INLINE void OffsetsV(D d, hn::Vec<D> b, hn::Vec<D>& sub, hn::Vec<D>& slow_below) {
   using E = Enc16<kFormat>;
-  const DI di;
-  const auto low = hn::Lt(b, hn::Set(di, E::kMinScale + 1));
-  const VI rebase = hn::ShiftLeft<7>(hn::Sub(b, hn::Set(di, E::kMinScale)));
-  sub = hn::IfThenZeroElse(low, hn::Sub(rebase, hn::Set(di, E::kRound)));
-  const VI thr =
-      hn::ShiftLeft<7>(hn::Max(hn::Add(b, hn::Set(di, E::kMinNormalExp)), hn::Set(di, 1)));
-  slow_below = hn::IfThenElse(low, hn::Set(di, 0xFFFE), hn::Sub(thr, hn::Set(di, 1)));
+  using T = hn::TFromD<D>;
+  static_assert(hwy::IsSigned<T>());
+  const auto low = hn::Lt(b, hn::Set(d, E::kMinScale + 1));
+  const auto rebase = hn::ShiftLeft<7>(hn::Sub(b, hn::Set(d, E::kMinScale)));
+  sub = hn::IfThenZeroElse(low, hn::Sub(rebase, hn::Set(d, E::kRound)));
+  const auto thr =
+      hn::ShiftLeft<7>(hn::Max(hn::Add(b, hn::Set(d, E::kMinNormalExp)), hn::Set(d, 1)));
+  slow_below = hn::IfThenElse(low, hn::Set(d, static_cast<T>(0xFFFE)), hn::Sub(thr, hn::Set(d, 1)));
+}
+
+// ScalesV (encode-inl.h) on |bf16| patterns in 16-bit lanes: twice the lanes per op. Inside
+// the table's affine binades entry[E] is (E << 23) + affine_delta, so a lane's byte is
+// (E + (delta >> 23)) mod 2^9, a byte there, plus one where its 7 mantissa bits exceed the
+// top 7 of delta's mantissa (the lower 16 bits of a bf16 amax are zero, so there is no
+// tie). False, with `b` unset, when a lane lies outside those binades (zero, subnormal or
+// clamped amax): the caller takes ScalesV's table lookup on 32-bit lanes then.
+HWY_INLINE bool ScalesV16(const ScaleTable* table, V16 amax, V16& b) {
+  const hn::RebindToSigned<D16> ds;
+  const auto a = hn::BitCast(ds, amax);  // 0 .. 0x7FFF
+  const auto e = hn::ShiftRight<7>(a);
+  const auto outside = hn::Or(hn::Lt(e, hn::Set(ds, static_cast<int16_t>(table->affine_lo))),
+                              hn::Gt(e, hn::Set(ds, static_cast<int16_t>(table->affine_hi))));
+  if (HWY_UNLIKELY(!hn::AllFalse(ds, outside))) return false;
+  const int16_t delta_exponent = static_cast<int16_t>(table->affine_delta >> 23);
+  const int16_t delta_mantissa7 = static_cast<int16_t>((table->affine_delta & 0x7FFFFF) >> 16);
+  const auto above = hn::Gt(hn::And(a, hn::Set(ds, 0x7F)), hn::Set(ds, delta_mantissa7));
+  const auto byte = hn::And(hn::Add(e, hn::Set(ds, delta_exponent)), hn::Set(ds, 0xFF));
+  b = hn::BitCast(D16(), hn::Sub(byte, hn::VecFromMask(ds, above)));  // `above` lanes are -1
+  return true;
 }
 
 // |h| of 16-bit (bf16) patterns.
@@ -379,7 +402,7 @@ HWY_INLINE void EncodeBatch16(const QuantSource& src, int64_t index, VI b, uint8
   // each in both halves of a 32-bit lane.
   alignas(64) uint32_t sub[kLanes], slow_below[kLanes];
   VI sub_v, slow_v;
-  OffsetsV<kFormat>(b, sub_v, slow_v);
+  OffsetsV<kFormat>(DI(), b, sub_v, slow_v);
   hn::Store(hn::BitCast(DU(), hn::Or(sub_v, hn::ShiftLeft<16>(sub_v))), DU(), sub);
   hn::Store(hn::BitCast(DU(), hn::Or(slow_v, hn::ShiftLeft<16>(slow_v))), DU(), slow_below);
   // Without this, GCC forwards the stores to the broadcasts below as 2-3 shuffles each
