@@ -130,19 +130,10 @@ int64_t ParseInt(std::string_view text, std::string_view what, int64_t min, int6
 
 std::vector<int64_t> ParseIntList(std::string_view text, std::string_view what) {
   std::vector<int64_t> values;
-  size_t begin = 0;
-  while (true) {
-    const size_t comma = text.find(',', begin);
-    std::string_view entry = text.substr(
-        begin, comma == std::string_view::npos ? std::string_view::npos : comma - begin);
-    while (!entry.empty() && entry.front() == ' ') entry.remove_prefix(1);
-    while (!entry.empty() && entry.back() == ' ') entry.remove_suffix(1);
-    MXTRAIN_CHECK(!entry.empty(), what, " '", text, "' has an empty entry");
+  for (std::string_view entry : SplitList(text, what)) {
     int64_t v = 0;
     MXTRAIN_CHECK(ToInt64(entry, &v), what, " entry '", entry, "' is not an integer");
     values.push_back(v);
-    if (comma == std::string_view::npos) break;
-    begin = comma + 1;
   }
   return values;
 }

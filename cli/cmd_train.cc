@@ -132,11 +132,9 @@ std::vector<RunSpec> RunSpecs(const ParsedArgs& args) {
                   " needs --precision mxfp8 (the --runs presets set the policies)");
   }
   const std::string list = args.Get("runs", "bf16,mxfp8-quantized,mxfp8-deferred,mxfp8-auto");
-  size_t begin = 0;
   bool any_mx = false;
-  while (true) {
-    const size_t comma = list.find(',', begin);
-    const std::string name = list.substr(begin, comma == std::string::npos ? comma : comma - begin);
+  for (std::string_view entry : SplitList(list, "--runs")) {
+    const std::string name(entry);
     for (const RunSpec& s : specs) {
       MXTRAIN_CHECK(s.name != name, "--runs names '", name, "' twice");
     }
@@ -157,8 +155,6 @@ std::vector<RunSpec> RunSpecs(const ParsedArgs& args) {
            "' is not one of bf16, fp32, mxfp8-quantized, mxfp8-deferred, mxfp8-auto");
     }
     specs.push_back({name, Recipe::Make(o)});
-    if (comma == std::string::npos) break;
-    begin = comma + 1;
   }
   if (!any_mx) {
     for (const char* flag : {"recipe", "scale", "reuse-weights"}) {

@@ -170,6 +170,8 @@ TEST_F(CliTrainTest, HighPrecisionGemmsAndTheSmallModel) {
             "contradicts a high-precision wgrad"},
            {{"--precision", "mxfp8", "--hp-gemms", "fprop,dgrad,wgrad"}, "use precision bf16"},
            {{"--precision", "mxfp8", "--hp-gemms", "xgrad"}, "unknown GEMM 'xgrad'"},
+           {{"--runs", "bf16,,mxfp8-deferred"}, "--runs 'bf16,,mxfp8-deferred' has an empty entry"},
+           {{"--runs", "bf16, bf16"}, "--runs names 'bf16' twice"},
            {{"--hp-gemms", "wgrad"}, "--hp-gemms needs --precision mxfp8"},
            {{"--model", "medium"}, "unknown model preset 'medium'"}}) {
     std::vector<std::string> a = args;

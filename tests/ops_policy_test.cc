@@ -336,6 +336,19 @@ TEST(OpsPolicy, RecipeContradictionsAreErrors) {
   EXPECT_TRUE(ParseGemmSet("none").empty());
   EXPECT_THROW(ParseGemmSet("wgrad,wgrad"), Error);
   EXPECT_THROW(ParseGemmSet("bgrad"), Error);
+  // Every list option splits the same way (SplitList): spaces around entries go, an empty
+  // entry is an error naming the list.
+  EXPECT_EQ(ParseGemmSet(" wgrad , dgrad"), (GemmSet{TrainingGemm::kDgrad, TrainingGemm::kWgrad}));
+  for (const char* bad : {"wgrad,,dgrad", "wgrad,", ",wgrad", " "}) {
+    try {
+      ParseGemmSet(bad);
+      ADD_FAILURE() << "'" << bad << "' parsed";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("has an empty entry"), std::string::npos) << e.what();
+    }
+  }
+  const std::vector<std::string_view> entries = SplitList("a, b ,c", "list");
+  EXPECT_EQ(entries, (std::vector<std::string_view>{"a", "b", "c"}));
   EXPECT_EQ(ParseSavePolicy("auto"), SavePolicy::kAuto);
   RecipeOptions ok;
   ok.hp_gemms = GemmSet{TrainingGemm::kWgrad};

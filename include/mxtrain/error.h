@@ -8,7 +8,9 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <utility>
+#include <vector>
 
 namespace mxtrain {
 
@@ -29,6 +31,25 @@ std::string StrCat(Args&&... args) {
 template <typename... Args>
 [[noreturn]] void Fail(Args&&... args) {
   throw Error(StrCat(std::forward<Args>(args)...));
+}
+
+// The entries of a comma-separated list (an option's value), each with the spaces around
+// it trimmed; throws Error naming `what` and the list if an entry is empty. The views
+// point into `text`.
+inline std::vector<std::string_view> SplitList(std::string_view text, std::string_view what) {
+  std::vector<std::string_view> entries;
+  size_t begin = 0;
+  while (true) {
+    const size_t comma = text.find(',', begin);
+    std::string_view entry = text.substr(
+        begin, comma == std::string_view::npos ? std::string_view::npos : comma - begin);
+    while (!entry.empty() && entry.front() == ' ') entry.remove_prefix(1);
+    while (!entry.empty() && entry.back() == ' ') entry.remove_suffix(1);
+    if (entry.empty()) Fail(what, " '", text, "' has an empty entry");
+    entries.push_back(entry);
+    if (comma == std::string_view::npos) return entries;
+    begin = comma + 1;
+  }
 }
 
 }  // namespace mxtrain

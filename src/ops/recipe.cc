@@ -75,11 +75,7 @@ SavePolicy ParseSavePolicy(std::string_view name) {
 GemmSet ParseGemmSet(std::string_view names) {
   GemmSet set;
   if (names.empty() || names == "none") return set;
-  size_t begin = 0;
-  while (true) {
-    const size_t comma = names.find(',', begin);
-    const std::string_view name =
-        names.substr(begin, comma == std::string_view::npos ? comma : comma - begin);
+  for (std::string_view name : SplitList(names, "GEMM list")) {
     bool found = false;
     for (TrainingGemm g : kTrainingGemms) {
       if (name != Name(g)) continue;
@@ -89,8 +85,6 @@ GemmSet ParseGemmSet(std::string_view names) {
     }
     MXTRAIN_CHECK(found, "unknown GEMM '", name, "' in '", names,
                   "' (expected a comma-separated list of fprop, dgrad, wgrad)");
-    if (comma == std::string_view::npos) break;
-    begin = comma + 1;
   }
   return set;
 }
