@@ -253,12 +253,13 @@ void FinishColumnStrip(const QuantSource& src, const ColStrip& strip, ColwiseOut
     auto any_nan16 = hn::FirstN(dh, 0);
     for (; c + nh <= width; c += nh) {
       V16 b;
-      if (HWY_LIKELY(ScalesV16(src.scale_table, hn::LoadU(dh, ws.amax + c), b))) {
-        hn::StoreU(hn::DemoteTo(d8, hn::BitCast(ds, b)), d8, scales + c);
-      } else {  // a lane outside the affine binades: the table, in 32-bit lanes
+      if (HWY_UNLIKELY(!ScalesV16(src.scale_table, hn::LoadU(dh, ws.amax + c), b))) {
+        // A lane outside the affine binades: these columns take the table in 32-bit lanes,
+        // bytes, NaN flag and offsets included.
         for (int64_t h = 0; h < nh; h += n) step32(c + h);
-        b = hn::PromoteTo(dh, hn::LoadU(d8, scales + c));
+        continue;
       }
+      hn::StoreU(hn::DemoteTo(d8, hn::BitCast(ds, b)), d8, scales + c);
       any_nan16 = hn::Or(any_nan16, hn::Eq(b, hn::Set(dh, kE8M0NaN)));
       hn::Vec<decltype(ds)> sub, slow_below;
       OffsetsV<kFormat>(ds, hn::BitCast(ds, b), sub, slow_below);
