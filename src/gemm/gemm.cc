@@ -176,6 +176,13 @@ std::vector<uint8_t> PlanBlocks(const GemmProblem& p, int64_t block_rows, int64_
     }
   };
   std::vector<uint8_t> block_ok(static_cast<size_t>(blocks_i * blocks_j), 1);
+  // The common case, every tile safe and none skipped yet: every block is ok (walking the
+  // blocks' tiles cost ~1% of a small model's training step).
+  const auto is_set = [](uint8_t v) { return v != 0; };
+  if (std::all_of(safe.begin(), safe.end(), is_set) &&
+      std::none_of(skipped.begin(), skipped.end(), is_set)) {
+    return block_ok;
+  }
   for (int64_t b = 0; b < blocks_i * blocks_j; ++b) {
     for_tiles(b / blocks_j, b % blocks_j, [&](int64_t t) { block_ok[b] &= safe[t]; });
   }

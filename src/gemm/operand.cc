@@ -55,8 +55,10 @@ RowScaleStats RowScaleStats::Of(const GemmOperand& op, int threads) {
   std::vector<uint8_t> has_zero(static_cast<size_t>(op.free), 0);
   // Rows are independent: threads take contiguous row ranges, and within one each walks the
   // scales in storage order (down a row for rowwise storage, along scale rows for
-  // columnwise).
-#pragma omp parallel num_threads(threads)
+  // columnwise). A small operand's scales (a small model's weights: a few thousand bytes)
+  // take one thread: less than a thread team's start and join.
+  constexpr int64_t kParallelMinScales = int64_t{1} << 14;
+#pragma omp parallel num_threads(threads) if (op.free * op.blocks >= kParallelMinScales)
   {
     const internal::ScopedFpEnv fp_env;
     const ThreadShare share(op.free);
