@@ -189,20 +189,43 @@ HWY_INLINE void DecodeRow(const uint8_t* codes, const uint8_t* scales, int64_t c
   for (; w < count; ++w) out[w] = t.value[codes[w]] * t.scale[scales[w]];
 }
 
+// count values of one K step of a columnwise operand straight into their micro-panels of
+// kPw columns (a multiple of the vector): value w at dst[(w / kPw) kKc kPw + w % kPw].
+template <ElementFormat kFormat, int64_t kPw>
+HWY_INLINE void DecodeRowToPanels(const uint8_t* codes, const uint8_t* scales, int64_t count,
+                                  const DecodeTables& t, float* HWY_RESTRICT dst) {
+  const int64_t n = static_cast<int64_t>(hn::Lanes(D()));
+  MXTRAIN_DCHECK(kPw % n == 0);
+  int64_t w = 0;
+  for (; w + n <= count; w += n) {
+    float* out = dst + (w / kPw) * kKc * kPw + w % kPw;
+    if (!DecodeScaled<kFormat>(codes + w, scales + w, out)) {
+      for (int64_t i = 0; i < n; ++i) out[i] = t.value[codes[w + i]] * t.scale[scales[w + i]];
+    }
+  }
+  for (; w < count; ++w) {
+    dst[(w / kPw) * kKc * kPw + w % kPw] = t.value[codes[w]] * t.scale[scales[w]];
+  }
+}
+
 // Micro-panels [f0 + p kPw, f0 + (p + 1) kPw) for p < panels of a columnwise operand over
 // K [k0, k0 + kc), each as dst[p kKc kPw + k kPw + i] (the layout of PackPanel, below),
 // K step by K step: each step's codes of all the panels are one run of a storage row, read
-// once and in order through `row` (panels x kPw floats), where a panel at a time crossed
-// kc rows per panel, one line each. Rows past op.free and K past op.s are zero.
+// once and in order, where a panel at a time crossed kc rows per panel, one line each.
+// Panels a whole number of vectors wide take each decoded vector straight to its panel;
+// others go through `row` (panels x kPw floats) and a copy per panel. Rows past op.free and
+// K past op.s are zero.
 template <int64_t kPw>
 void PackColumnwise(const GemmOperand& op, const DecodeTables& t, int64_t f0, int64_t panels,
                     int64_t k0, int64_t kc, float* HWY_RESTRICT dst, float* HWY_RESTRICT row) {
   MXTRAIN_DCHECK(op.contract_rows && k0 % kMxBlock == 0 && k0 < op.s);
   MXTRAIN_DCHECK(0 <= f0 && f0 < op.free && panels > 0 && 0 < kc && kc <= kKc);
+  constexpr bool kDirect = kPw % static_cast<int64_t>(hn::MaxLanes(D())) == 0;
   const int64_t k_end = std::min(kc, op.s - k0);
   const int64_t span = std::min(panels * kPw, op.free - f0);
   std::fill(row + span, row + panels * kPw, 0.0f);
   for (int64_t k = 0; k < kc; ++k) {
+    float* dst_k = dst + k * kPw;
     if (k < k_end) {
       const uint8_t* codes = op.data + (k0 + k) * op.free + f0;
       const uint8_t* scales = op.scales + ((k0 + k) / kMxBlock) * op.free + f0;
@@ -211,6 +234,18 @@ void PackColumnwise(const GemmOperand& op, const DecodeTables& t, int64_t f0, in
       }
       if ((k0 + k + kAhead) % kMxBlock == 0 && k + kAhead < k_end) {  // the next scale row
         for (int64_t l = 0; l < span; l += 64) hwy::Prefetch(scales + op.free + l);
+      }
+      if constexpr (kDirect) {
+        if (op.format == ElementFormat::kE4M3) {
+          DecodeRowToPanels<ElementFormat::kE4M3, kPw>(codes, scales, span, t, dst_k);
+        } else {
+          DecodeRowToPanels<ElementFormat::kE5M2, kPw>(codes, scales, span, t, dst_k);
+        }
+        // The last panel's columns past op.free.
+        for (int64_t w = span; w < panels * kPw; ++w) {
+          dst_k[(w / kPw) * kKc * kPw + w % kPw] = 0.0f;
+        }
+        continue;
       }
       if (op.format == ElementFormat::kE4M3) {
         DecodeRow<ElementFormat::kE4M3>(codes, scales, span, t, row);
@@ -221,37 +256,164 @@ void PackColumnwise(const GemmOperand& op, const DecodeTables& t, int64_t f0, in
       std::fill(row, row + span, 0.0f);
     }
     for (int64_t p = 0; p < panels; ++p) {
-      std::memcpy(dst + p * kKc * kPw + k * kPw, row + p * kPw, kPw * sizeof(float));
+      std::memcpy(dst_k + p * kKc * kPw, row + p * kPw, kPw * sizeof(float));
     }
   }
 }
 
+#if HWY_TARGET != HWY_SCALAR
+// The 16 x 16 (kRows = 16) or 8 x 16 (kRows = 8) block of codes v[r] = 16 codes of row r
+// (K steps 0..15), written K-major: out[k * kRows + r]. Interleaves of bytes, then of 2, 4
+// and 8 bytes: each stage doubles the rows a lane holds and halves the K steps it spans.
+template <int64_t kRows>
+HWY_INLINE void TransposeCodes(const hn::Vec<hn::Full128<uint8_t>> (&v)[kRows],
+                               uint8_t* HWY_RESTRICT out) {
+  const hn::Full128<uint8_t> d8;
+  const hn::Full128<uint16_t> d16;
+  const hn::Full128<uint32_t> d32;
+  const hn::Full128<uint64_t> d64;
+  using V8 = hn::Vec<decltype(d8)>;
+  // s1[j][h]: rows 2j, 2j+1; K steps 8h .. 8h+7, a byte pair per step.
+  V8 s1[kRows / 2][2];
+  for (int64_t j = 0; j < kRows / 2; ++j) {
+    s1[j][0] = hn::InterleaveLower(d8, v[2 * j], v[2 * j + 1]);
+    s1[j][1] = hn::InterleaveUpper(d8, v[2 * j], v[2 * j + 1]);
+  }
+  // s2[j][q]: rows 4j .. 4j+3; K steps 4q .. 4q+3, 4 bytes per step.
+  V8 s2[kRows / 4][4];
+  for (int64_t j = 0; j < kRows / 4; ++j) {
+    for (int64_t h = 0; h < 2; ++h) {
+      const auto a = hn::BitCast(d16, s1[2 * j][h]), b = hn::BitCast(d16, s1[2 * j + 1][h]);
+      s2[j][2 * h] = hn::BitCast(d8, hn::InterleaveLower(d16, a, b));
+      s2[j][2 * h + 1] = hn::BitCast(d8, hn::InterleaveUpper(d16, a, b));
+    }
+  }
+  // s3[j][e]: rows 8j .. 8j+7; K steps 2e, 2e+1, 8 bytes per step.
+  V8 s3[kRows / 8][8];
+  for (int64_t j = 0; j < kRows / 8; ++j) {
+    for (int64_t q = 0; q < 4; ++q) {
+      const auto a = hn::BitCast(d32, s2[2 * j][q]), b = hn::BitCast(d32, s2[2 * j + 1][q]);
+      s3[j][2 * q] = hn::BitCast(d8, hn::InterleaveLower(d32, a, b));
+      s3[j][2 * q + 1] = hn::BitCast(d8, hn::InterleaveUpper(d32, a, b));
+    }
+  }
+  for (int64_t e = 0; e < 8; ++e) {
+    if constexpr (kRows == 8) {
+      hn::StoreU(s3[0][e], d8, out + e * 16);  // K steps 2e and 2e+1, 8 rows each
+    } else {
+      const auto a = hn::BitCast(d64, s3[0][e]), b = hn::BitCast(d64, s3[1][e]);
+      hn::StoreU(hn::BitCast(d8, hn::InterleaveLower(d64, a, b)), d8, out + 2 * e * 16);
+      hn::StoreU(hn::BitCast(d8, hn::InterleaveUpper(d64, a, b)), d8, out + (2 * e + 1) * 16);
+    }
+  }
+}
+
+// Zero codes for the rows of a group past the panel or past op.free (code 0 is +0 in both
+// formats), and the scale byte they take (1.0: decodes as the vector path's normal case).
+alignas(64) constexpr uint8_t kZeroCodes[kKc] = {};
+constexpr uint8_t kUnitScale = 127;
+
+// Rows [f0 + g, f0 + g + kRows) of a rowwise operand, `valid` of them (the rest of the group
+// lies past the panel), over K steps [0, k16) of the chunk at k0 (k16 a multiple of 16):
+// dst[k * width + g + r] for r < valid. Codes are transposed 16 K steps at a time, then
+// decoded a vector at a time with each row's block scale (DecodeScaled; the tables where a
+// lane needs them). Each K step's last vector may run up to Lanes() - 1 floats past its
+// `valid` ones, onto the next K step's (written next) or past the panel's last: the caller
+// leaves room there and writes what follows afterwards.
+template <int64_t kRows, ElementFormat kFormat>
+HWY_INLINE void PackRowGroup(const GemmOperand& op, const DecodeTables& t, int64_t f0, int64_t g,
+                             int64_t valid, int64_t width, int64_t k0, int64_t k16,
+                             float* HWY_RESTRICT dst) {
+  const hn::Full128<uint8_t> d8;
+  const int64_t n = static_cast<int64_t>(hn::Lanes(D()));
+  const uint8_t* rows[kRows];
+  const uint8_t* row_scales[kRows];
+  for (int64_t r = 0; r < kRows; ++r) {
+    const int64_t f = f0 + g + r;
+    const bool real = r < valid && f < op.free;
+    rows[r] = real ? op.data + f * op.s + k0 : kZeroCodes;
+    row_scales[r] = real ? op.scales + f * op.blocks + k0 / kMxBlock : &kUnitScale;
+  }
+  alignas(64) uint8_t codes[16 * kRows];
+  alignas(64) uint8_t scales[kRows];
+  const int64_t vecs = CeilDiv(valid, n);
+  for (int64_t k = 0; k < k16; k += 16) {
+    if (k % kMxBlock == 0) {
+      const int64_t kb = k / kMxBlock;
+      for (int64_t r = 0; r < kRows; ++r) {
+        scales[r] = rows[r] == kZeroCodes ? kUnitScale : row_scales[r][kb];
+      }
+    }
+    hn::Vec<decltype(d8)> v[kRows];
+    for (int64_t r = 0; r < kRows; ++r) v[r] = hn::LoadU(d8, rows[r] + k);
+    TransposeCodes<kRows>(v, codes);
+    for (int64_t kk = 0; kk < 16; ++kk) {
+      float* out = dst + (k + kk) * width + g;
+      const uint8_t* c = codes + kk * kRows;
+      for (int64_t i = 0; i < vecs; ++i) {
+        if (!DecodeScaled<kFormat>(c + i * n, scales + i * n, out + i * n)) {
+          for (int64_t l = i * n; l < std::min(valid, (i + 1) * n); ++l) {
+            out[l] = t.value[c[l]] * t.scale[scales[l]];
+          }
+        }
+      }
+    }
+  }
+}
+#endif  // HWY_TARGET != HWY_SCALAR
+
+// Floats a rowwise pack may write past the end of its panel (PackRowGroup): pack buffers
+// leave this much room after their last panel.
+constexpr int64_t kPackSpill = static_cast<int64_t>(hn::MaxLanes(D()));
+
 // Logical rows [f0, f0 + width) of a rowwise operand over K [k0, k0 + kc) as
 // dst[k][width] (decoded, scales folded in); rows past op.free and K past op.s are zero.
+// Groups of 16 rows (8 for panels of at most 8) go through PackRowGroup, 16 K steps at a
+// time; the K steps past the last multiple of 16, and the SCALAR target, element by element.
+// Writes up to kPackSpill floats past dst[kc * width).
 void PackPanel(const GemmOperand& op, const DecodeTables& t, int64_t f0, int64_t width, int64_t k0,
                int64_t kc, float* HWY_RESTRICT dst) {
   MXTRAIN_DCHECK(k0 % kMxBlock == 0 && k0 < op.s);  // one scale per 32 codes from k0 on
   MXTRAIN_DCHECK(0 <= f0 && f0 < op.free && width > 0 && 0 < kc && kc <= kKc);
   MXTRAIN_DCHECK(!op.contract_rows);
   const int64_t k_end = std::min(kc, op.s - k0);  // valid K steps
+  // A row's codes for one chunk are only 4 cache lines, too short a stream for the hardware
+  // prefetchers: fetch those of the rows kAhead on.
+  for (int64_t f = f0 + kAhead; f < std::min(op.free, f0 + width + kAhead); ++f) {
+    for (int64_t l = 0; l < k_end; l += 64) hwy::Prefetch(op.data + f * op.s + k0 + l);
+  }
+  int64_t k16 = 0;  // K steps packed by PackRowGroup
+  // Only the last row group may run past its K step (groups before it are whole), so no
+  // group writes over one already packed.
+  MXTRAIN_DCHECK(width <= 16 || width % 16 == 0);
+#if HWY_TARGET != HWY_SCALAR
+  k16 = k_end / 16 * 16;
+  // 8-row groups where a vector holds at most 8 lanes (they are decoded from 8-byte runs).
+  constexpr bool kEightRows = hn::MaxLanes(D()) <= 8;
+  for (int64_t g = 0; g < width && k16 > 0; g += 16) {
+    const int64_t valid = std::min<int64_t>(16, width - g);
+    const bool e4m3 = op.format == ElementFormat::kE4M3;
+    if (kEightRows && valid <= 8 && e4m3) {
+      PackRowGroup<8, ElementFormat::kE4M3>(op, t, f0, g, valid, width, k0, k16, dst);
+    } else if (kEightRows && valid <= 8) {
+      PackRowGroup<8, ElementFormat::kE5M2>(op, t, f0, g, valid, width, k0, k16, dst);
+    } else if (e4m3) {
+      PackRowGroup<16, ElementFormat::kE4M3>(op, t, f0, g, valid, width, k0, k16, dst);
+    } else {
+      PackRowGroup<16, ElementFormat::kE5M2>(op, t, f0, g, valid, width, k0, k16, dst);
+    }
+  }
+#endif
   for (int64_t w = 0; w < width; ++w) {
     const int64_t f = f0 + w;
     if (f >= op.free) {
-      for (int64_t k = 0; k < kc; ++k) dst[k * width + w] = 0.0f;
+      for (int64_t k = k16; k < kc; ++k) dst[k * width + w] = 0.0f;
       continue;
     }
     const uint8_t* codes = op.data + f * op.s + k0;
     const uint8_t* scales = op.scales + f * op.blocks;
-    // A row's codes for one chunk are only 4 cache lines, too short a stream for the
-    // hardware prefetchers: fetch those of the row kAhead rows on.
-    if (f + kAhead < op.free) {
-      for (int64_t l = 0; l < k_end; l += 64) hwy::Prefetch(codes + kAhead * op.s + l);
-    }
-    // k0 is a multiple of the MX block: one scale per 32 codes.
-    for (int64_t kb = 0; kb < k_end; kb += kMxBlock) {
-      const float scale = t.scale[scales[(k0 + kb) / kMxBlock]];
-      const int64_t kb_end = std::min(k_end, kb + kMxBlock);
-      for (int64_t k = kb; k < kb_end; ++k) dst[k * width + w] = t.value[codes[k]] * scale;
+    for (int64_t k = k16; k < k_end; ++k) {
+      dst[k * width + w] = t.value[codes[k]] * t.scale[scales[(k0 + k) / kMxBlock]];
     }
     for (int64_t k = k_end; k < kc; ++k) dst[k * width + w] = 0.0f;
   }
@@ -276,7 +438,8 @@ void RunGemm(const GemmProblem& p, std::vector<uint8_t>& skipped) {
   const int64_t l2 = L2CacheBytes();
   const bool group_spills = chunk_bytes <= l2 && kChunkGroup * chunk_bytes > l2;
   const int64_t group = std::min(group_spills ? 1 : kChunkGroup, CeilDiv(s, kKc));
-  Tensor b_pack = Tensor::Empty(DType::kF32, {group * b_chunk}, MemoryCategory::kWorkspace);
+  Tensor b_pack =
+      Tensor::Empty(DType::kF32, {group * b_chunk + kPackSpill}, MemoryCategory::kWorkspace);
   float* bp = b_pack.mutable_data<float>();
   MXTRAIN_DCHECK(reinterpret_cast<uintptr_t>(bp) % 64 == 0);  // micro-panels 64-aligned
   // Rows split between threads when each gets at least two micro-panels of rows; else the
@@ -286,7 +449,8 @@ void RunGemm(const GemmProblem& p, std::vector<uint8_t>& skipped) {
 #pragma omp parallel num_threads(p.threads)
   {
     const internal::ScopedFpEnv fp_env;
-    Tensor a_pack = Tensor::Empty(DType::kF32, {group * a_chunk}, MemoryCategory::kWorkspace);
+    Tensor a_pack =
+        Tensor::Empty(DType::kF32, {group * a_chunk + kPackSpill}, MemoryCategory::kWorkspace);
     float* ap = a_pack.mutable_data<float>();
     alignas(64) float edge[kMr * 2 * HWY_MAX_BYTES / sizeof(float)];
     // One K step of the columnwise panels this thread packs (PackColumnwise).
