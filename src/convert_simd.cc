@@ -6,6 +6,7 @@
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
 
+#include "convert-inl.h"
 #include "convert.h"
 #include "mxtrain/format/bf16.h"
 
@@ -19,26 +20,11 @@ void NarrowToBf16Impl(const float* HWY_RESTRICT src, int64_t n, const float* HWY
   int64_t j = 0;
 #if HWY_TARGET != HWY_SCALAR
   const hn::ScalableTag<float> df;
-  const hn::RebindToSigned<decltype(df)> di;
-  const hn::Rebind<uint16_t, decltype(di)> d16;
-  const hn::RebindToUnsigned<decltype(di)> du;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
-  const auto abs_mask = hn::Set(di, 0x7FFFFFFF);
-  const auto inf_bits = hn::Set(di, 0x7F800000);
-  const auto half = hn::Set(di, 0x7FFF);
-  const auto one = hn::Set(di, 1);
-  const auto quiet = hn::Set(di, 0x0040);
   for (; j + lanes <= n; j += lanes) {
     auto v = hn::LoadU(df, src + j);
     if (bias != nullptr) v = hn::Add(v, hn::LoadU(df, bias + j));
-    const auto bits = hn::BitCast(di, v);
-    // Logical shifts of the bits (as unsigned), as F32ToBf16's uint32_t arithmetic.
-    const auto high = hn::BitCast(di, hn::ShiftRight<16>(hn::BitCast(du, bits)));
-    const auto rounded = hn::BitCast(
-        di, hn::ShiftRight<16>(hn::BitCast(du, hn::Add(bits, hn::Add(half, hn::And(high, one))))));
-    const auto nan = hn::Gt(hn::And(bits, abs_mask), inf_bits);
-    const auto narrowed = hn::IfThenElse(nan, hn::Or(high, quiet), rounded);
-    hn::StoreU(hn::TruncateTo(d16, hn::BitCast(du, narrowed)), d16, dst + j);
+    StoreBf16(df, v, dst + j);
   }
 #endif
   for (; j < n; ++j) dst[j] = F32ToBf16(bias != nullptr ? src[j] + bias[j] : src[j]);
