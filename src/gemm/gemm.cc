@@ -246,7 +246,25 @@ Tensor MxGemm(const MxTensor& a, const MxTensor& b, const GemmOptions& options) 
   const RowScaleStats a_stats = RowScaleStats::Of(c.a, threads);
   const RowScaleStats b_stats = RowScaleStats::Of(c.b, threads);
   const bool overwrite = options.accumulate == nullptr;
-  const GemmProblem p{c.a, c.b, &a_stats, &b_stats, c32.mutable_data<float>(), overwrite, threads};
+  // A bf16 result: the kernel may round its tiles straight into it (GemmBf16Out).
+  const bool bf16 = options.out_dtype == DType::kBF16;
+  Tensor out16;
+  internal::GemmBf16Out bf16_out{};
+  if (bf16) {
+    out16 = options.out != nullptr
+                ? *options.out
+                : Tensor::Empty(DType::kBF16, {c.a.free, c.b.free}, options.category);
+    bf16_out.data = out16.mutable_data<uint16_t>();
+    bf16_out.bias = options.bias != nullptr ? options.bias->const_data<float>() : nullptr;
+  }
+  const GemmProblem p{c.a,
+                      c.b,
+                      &a_stats,
+                      &b_stats,
+                      c32.mutable_data<float>(),
+                      overwrite,
+                      threads,
+                      bf16 ? &bf16_out : nullptr};
   const int64_t tiles_i = CeilDiv(c.a.free, internal::kGemmTile);
   const int64_t tiles_j = CeilDiv(c.b.free, internal::kGemmTile);
   // With an empty contraction C is already final (zeros or the accumulator).
@@ -276,10 +294,20 @@ Tensor MxGemm(const MxTensor& a, const MxTensor& b, const GemmOptions& options) 
           const double before = overwrite ? 0.0 : static_cast<double>(out);
           out = static_cast<float>(before + ExactDot(c.a, c.b, i, j));
         }
+        if (bf16_out.written) {  // the kernel rounded the other tiles; this one likewise
+          const int64_t j0 = tj * internal::kGemmTile;
+          const int64_t w = std::min(cols, j0 + internal::kGemmTile) - j0;
+          internal::NarrowToBf16(p.c + i * cols + j0, w,
+                                 bf16_out.bias != nullptr ? bf16_out.bias + j0 : nullptr,
+                                 bf16_out.data + i * cols + j0);
+        }
       }
     }
   }
-  return internal::FinishGemm(std::move(c32), options, threads);
+  if (bf16_out.written) return out16;
+  GemmOptions finish = options;
+  if (bf16) finish.out = &out16;
+  return internal::FinishGemm(std::move(c32), finish, threads);
 }
 
 namespace ref {

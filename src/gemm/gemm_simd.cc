@@ -33,8 +33,10 @@
 #include <cstring>
 #include <vector>
 
+#include "convert-inl.h"
 #include "fp_env.h"
 #include "gemm/kernels.h"
+#include "mxtrain/format/bf16.h"
 #include "omp_threads.h"
 #include "simd_internal.h"
 
@@ -79,9 +81,12 @@ constexpr int64_t kNcMax = 4096;
 constexpr int64_t kNr = 2 * static_cast<int64_t>(hn::MaxLanes(D()));
 
 // C[kMr x kNr] (row stride ldc) = acc (add: C + acc), acc = A micro-panel . B micro-panel
-// over kc K steps; a: [kc][kMr], b: [kc][kNr], both 64-byte aligned.
+// over kc K steps; a: [kc][kMr], b: [kc][kNr], both 64-byte aligned. With c16, C's values
+// plus bias (kNr floats, or null) go rounded to bf16 to c16 (row stride ldc) instead.
 HWY_INLINE void MicroKernel(const float* HWY_RESTRICT a, const float* HWY_RESTRICT b, int64_t kc,
-                            float* HWY_RESTRICT c, int64_t ldc, bool add) {
+                            float* HWY_RESTRICT c, int64_t ldc, bool add,
+                            uint16_t* HWY_RESTRICT c16 = nullptr,
+                            const float* HWY_RESTRICT bias = nullptr) {
   MXTRAIN_DCHECK(reinterpret_cast<uintptr_t>(a) % 64 == 0 &&
                  reinterpret_cast<uintptr_t>(b) % 64 == 0);
   MXTRAIN_DCHECK(kc > 0 && ldc >= kNr && kNr == 2 * static_cast<int64_t>(hn::Lanes(D())));
@@ -108,6 +113,25 @@ HWY_INLINE void MicroKernel(const float* HWY_RESTRICT a, const float* HWY_RESTRI
       acc[r][0] = hn::MulAdd(av, b0, acc[r][0]);
       acc[r][1] = hn::MulAdd(av, b1, acc[r][1]);
     }
+  }
+  if (c16 != nullptr) {
+#if HWY_TARGET != HWY_SCALAR
+    const V bias0 = bias != nullptr ? hn::LoadU(d, bias) : hn::Zero(d);
+    const V bias1 = bias != nullptr ? hn::LoadU(d, bias + n) : hn::Zero(d);
+#pragma GCC unroll 16
+    for (int64_t r = 0; r < kMr; ++r) {
+      const float* cr = c + r * ldc;
+      V v0 = add ? hn::Add(hn::LoadU(d, cr), acc[r][0]) : acc[r][0];
+      V v1 = add ? hn::Add(hn::LoadU(d, cr + n), acc[r][1]) : acc[r][1];
+      if (bias != nullptr) {  // as FinishGemm: C, then C + bias, then the rounding
+        v0 = hn::Add(v0, bias0);
+        v1 = hn::Add(v1, bias1);
+      }
+      StoreBf16(d, v0, c16 + r * ldc);
+      StoreBf16(d, v1, c16 + r * ldc + n);
+    }
+    return;
+#endif
   }
 #pragma GCC unroll 16
   for (int64_t r = 0; r < kMr; ++r) {
@@ -445,6 +469,10 @@ void RunGemm(const GemmProblem& p, std::vector<uint8_t>& skipped) {
   // Rows split between threads when each gets at least two micro-panels of rows; else the
   // threads split the column micro-panels of each block (each packs the A rows it needs).
   const bool split_rows = row_panels >= 2 * p.threads;
+  // A bf16 result is rounded by the kernel from its C tiles' last K chunk (not on SCALAR,
+  // whose MicroKernel has no vector rounding).
+  const bool narrow = p.bf16_out != nullptr && HWY_TARGET != HWY_SCALAR;
+  if (narrow) p.bf16_out->written = true;
 
 #pragma omp parallel num_threads(p.threads)
   {
@@ -508,16 +536,24 @@ void RunGemm(const GemmProblem& p, std::vector<uint8_t>& skipped) {
             const float* a = ap + g * a_chunk + (ip - ic) * kKc * kMr;
             const int64_t i0 = ip * kMr, h = std::min(kMr, rows - i0);
             float* c = p.c + i0 * cols + j0;
+            // The last K chunk of a bf16 result: rounded straight into it.
+            const bool to_bf16 = narrow && k0(g) + kc(g) == s;
+            uint16_t* c16 = to_bf16 ? p.bf16_out->data + i0 * cols + j0 : nullptr;
+            const float* bias = to_bf16 && p.bf16_out->bias ? p.bf16_out->bias + j0 : nullptr;
             if (h == kMr && w == nr) {
-              MicroKernel(a, b, kc(g), c, cols, add);
+              MicroKernel(a, b, kc(g), c, cols, add, c16, bias);
               return;
             }
             // An edge block: through a buffer, then the part of C that exists.
             MicroKernel(a, b, kc(g), edge, nr, false);
             for (int64_t r = 0; r < h; ++r) {
               for (int64_t j = 0; j < w; ++j) {
-                float& out = c[r * cols + j];
-                out = add ? out + edge[r * nr + j] : edge[r * nr + j];
+                const float out = add ? c[r * cols + j] + edge[r * nr + j] : edge[r * nr + j];
+                if (c16 == nullptr) {
+                  c[r * cols + j] = out;
+                } else {
+                  c16[r * cols + j] = F32ToBf16(bias != nullptr ? out + bias[j] : out);
+                }
               }
             }
           };

@@ -28,6 +28,15 @@ Tensor FinishGemm(Tensor c32, const GemmOptions& o, int threads);
 
 inline constexpr int64_t kGemmTile = 16;
 
+// A bf16 result a kernel may write in place of C's final fp32 values: C + bias rounded
+// once (FinishGemm's rounding), for every tile it computes, leaving those tiles of C
+// unwritten; it sets `written` when it did. The driver rounds the tiles the kernel skipped.
+struct GemmBf16Out {
+  uint16_t* data;     // [I, J]
+  const float* bias;  // [J], or null
+  bool written = false;
+};
+
 struct GemmProblem {
   GemmOperand a;  // [I, S]
   GemmOperand b;  // [J, S]
@@ -36,6 +45,7 @@ struct GemmProblem {
   float* c;        // [I, J]
   bool overwrite;  // C holds nothing to keep (no accumulator): kernels write, not add
   int threads;
+  GemmBf16Out* bf16_out = nullptr;  // null: C only (a kernel may also ignore it)
 };
 
 // Whether output tile (ti, tj) may use a fast path (all its rows and columns exact-safe).
