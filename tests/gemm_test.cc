@@ -154,6 +154,49 @@ TEST_P(GemmPerPath, HybridFormatsBiasAccumulateBf16) {
   ExpectWithinBound(main_grad, o.dy_col, o.x_col, path + " accumulate", nullptr, &before);
 }
 
+// A bf16 result is the fp32 result (bias included) rounded once, bit for bit, whichever
+// code rounds it: FinishGemm after most kernels, the simd-f32 kernel itself for the tiles
+// it computes and the driver for the exact path's. A row of A small enough for the exact
+// path, K over three chunks of the simd-f32 kernel and not a multiple of 16, edge tiles,
+// the three layouts, with and without bias, on two threads.
+void ExpectBf16IsRoundedF32(const std::string& what) {
+  std::vector<float> v = RandomValues(45 * 600, 41, -2, 2);
+  for (int k = 0; k < 600; ++k) v[17 * 600 + k] = std::ldexp(v[17 * 600 + k], -125);
+  const MxTensor a = QuantizeRowwise(MakeF32({45, 600}, v), {});
+  const MxTensor b = QuantizeRowwise(MakeF32({37, 600}, RandomValues(37 * 600, 42, -2, 2)), {});
+  const Operands o = MakeTrainingOperands(45, 37, 600, 43, -3, 3);
+  Tensor bias37 = MakeF32({37}, RandomValues(37, 44, -1, 1));
+  Tensor bias600 = MakeF32({600}, RandomValues(600, 45, -1, 1));
+  const struct {
+    const char* name;
+    const MxTensor &x, &y;
+    Tensor* bias;
+  } cases[] = {{"fprop with an exact row", a, b, &bias37},
+               {"fprop", o.x_row, o.w_row, &bias37},
+               {"dgrad", o.dy_row, o.w_col, &bias600},
+               {"wgrad", o.dy_col, o.x_col, &bias600}};
+  for (const auto& c : cases) {
+    for (const bool with_bias : {false, true}) {
+      GemmOptions f32;
+      f32.threads = 2;
+      f32.bias = with_bias ? c.bias : nullptr;
+      GemmOptions bf16 = f32;
+      bf16.out_dtype = DType::kBF16;
+      const Tensor c32 = MxGemm(c.x, c.y, f32);
+      const Tensor c16 = MxGemm(c.x, c.y, bf16);
+      ASSERT_EQ(c16.dtype(), DType::kBF16);
+      ASSERT_EQ(c16.shape(), c32.shape());
+      int64_t differ = 0;
+      for (int64_t i = 0; i < c32.NumElements(); ++i) {
+        differ += c16.data<uint16_t>()[i] != F32ToBf16(c32.data<float>()[i]);
+      }
+      EXPECT_EQ(differ, 0) << what << " " << c.name << (with_bias ? " with bias" : "");
+    }
+  }
+}
+
+TEST_P(GemmPerPath, Bf16ResultIsTheRoundedF32Result) { ExpectBf16IsRoundedF32(GetParam()); }
+
 TEST(Gemm, FastPathsMatchReferenceClosely) {
   // The oracle function in the library agrees with the in-test bound check.
   const Operands o = MakeTrainingOperands(30, 20, 100, 77, -3, 3);
@@ -315,6 +358,11 @@ TEST_P(GemmSimdF32PerTarget, AgainstOracle) {
                    return acc;
                  });
   }
+}
+
+TEST_P(GemmSimdF32PerTarget, Bf16ResultIsTheRoundedF32Result) {
+  ForceGemmPath("simd-f32");
+  ExpectBf16IsRoundedF32("simd-f32 " + GetParam());
 }
 
 // The simd-f32 path sums each element K chunk by K chunk in a fixed order with fused
