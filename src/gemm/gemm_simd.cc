@@ -161,32 +161,37 @@ struct DecodeTables {
 // Rows (or K steps) ahead of the one packed whose codes are prefetched.
 constexpr int64_t kAhead = 8;
 
-// Lanes() codes and their scale bytes to fp32 with the scale folded in, as the tables
-// give them (value[code] * scale[byte], the same two exact factors and the same product),
-// built from the bits: a normal code's exponent and mantissa shifted into place and
-// rebased, a subnormal one (exponent field 0) converted from its integer mantissa and
-// scaled, the sign OR-ed in. No denormal is formed on the way, so a caller's
-// flush-to-zero or denormals-are-zero mode changes nothing. False, and nothing stored,
-// if any lane is a NaN or infinity code or a scale byte of 0 or 255 (the tables handle
-// those lanes).
-template <ElementFormat kFormat>
-HWY_INLINE bool DecodeScaled(const uint8_t* HWY_RESTRICT codes, const uint8_t* HWY_RESTRICT scales,
-                             float* HWY_RESTRICT out) {
+// Lanes() scale bytes as their fp32 factors 2^(b - 127); false, and `factor` unset, if any
+// is 0 or 255 (not a normal fp32, or NaN: the tables handle those lanes).
+HWY_INLINE bool ScaleFactors(const uint8_t* HWY_RESTRICT scales, V& factor) {
   const D d;
   const hn::RebindToSigned<D> di;
-  const hn::Rebind<uint8_t, D> d8;
+  const auto b = hn::PromoteTo(di, hn::LoadU(hn::Rebind<uint8_t, D>(), scales));
+  const auto special = hn::Or(hn::Eq(b, hn::Zero(di)), hn::Eq(b, hn::Set(di, 0xFF)));
+  if (HWY_UNLIKELY(!hn::AllFalse(di, special))) return false;
+  factor = hn::BitCast(d, hn::ShiftLeft<23>(b));
+  return true;
+}
+
+// Lanes() codes to fp32 times `factor` (ScaleFactors), as the tables give them (value[code]
+// * scale[byte], the same two exact factors and the same product), built from the bits: a
+// normal code's exponent and mantissa shifted into place and rebased, a subnormal one
+// (exponent field 0) converted from its integer mantissa and scaled, the sign OR-ed in. No
+// denormal is formed on the way, so a caller's flush-to-zero or denormals-are-zero mode
+// changes nothing. False, and nothing stored, if any lane is a NaN or infinity code.
+template <ElementFormat kFormat>
+HWY_INLINE bool DecodeTimes(const uint8_t* HWY_RESTRICT codes, V factor, float* HWY_RESTRICT out) {
+  const D d;
+  const hn::RebindToSigned<D> di;
   constexpr bool kE4M3 = kFormat == ElementFormat::kE4M3;
   constexpr int kMantBits = kE4M3 ? 3 : 2;
   constexpr int kBias = kE4M3 ? 7 : 15;
   // Magnitudes from here on are infinity or NaN: E4M3 has only NaN (0x7F), E5M2 infinity
   // (0x7C) and NaN (0x7D-0x7F).
   constexpr int kFirstSpecial = kE4M3 ? 0x7F : 0x7C;
-  const auto c = hn::PromoteTo(di, hn::LoadU(d8, codes));
-  const auto b = hn::PromoteTo(di, hn::LoadU(d8, scales));
+  const auto c = hn::PromoteTo(di, hn::LoadU(hn::Rebind<uint8_t, D>(), codes));
   const auto mag = hn::And(c, hn::Set(di, 0x7F));
-  const auto special = hn::Or(hn::Gt(mag, hn::Set(di, kFirstSpecial - 1)),
-                              hn::Or(hn::Eq(b, hn::Zero(di)), hn::Eq(b, hn::Set(di, 0xFF))));
-  if (HWY_UNLIKELY(!hn::AllFalse(di, special))) return false;
+  if (HWY_UNLIKELY(!hn::AllFalse(di, hn::Gt(mag, hn::Set(di, kFirstSpecial - 1))))) return false;
   // Normal: exponent field e and mantissa m at fp32's mantissa top, exponent rebased by
   // 127 - kBias. Subnormal (e = 0): m * 2^(1 - kBias - kMantBits), exact in fp32.
   const auto normal_bits =
@@ -196,8 +201,17 @@ HWY_INLINE bool DecodeScaled(const uint8_t* HWY_RESTRICT codes, const uint8_t* H
   const V magnitude = hn::IfThenElse(is_sub, sub, hn::BitCast(d, normal_bits));
   const V value =
       hn::Or(magnitude, hn::BitCast(d, hn::ShiftLeft<24>(hn::And(c, hn::Set(di, 0x80)))));
-  hn::StoreU(hn::Mul(value, hn::BitCast(d, hn::ShiftLeft<23>(b))), d, out);
+  hn::StoreU(hn::Mul(value, factor), d, out);
   return true;
+}
+
+// Lanes() codes and their scale bytes to fp32 with the scale folded in (ScaleFactors, then
+// DecodeTimes); false, and nothing stored, where either declines.
+template <ElementFormat kFormat>
+HWY_INLINE bool DecodeScaled(const uint8_t* HWY_RESTRICT codes, const uint8_t* HWY_RESTRICT scales,
+                             float* HWY_RESTRICT out) {
+  V factor;
+  return ScaleFactors(scales, factor) && DecodeTimes<kFormat>(codes, factor, out);
 }
 
 // count values of one K step of a columnwise operand (codes and their scale bytes
@@ -361,12 +375,17 @@ HWY_INLINE void PackRowGroup(const GemmOperand& op, const DecodeTables& t, int64
   alignas(64) uint8_t codes[16 * kRows];
   alignas(64) uint8_t scales[kRows];
   const int64_t vecs = CeilDiv(valid, n);
+  // Each vector's scale factors, the same for the 32 K steps of a block; whether all were.
+  V factors[kRows];
+  bool factors_ok = false;
   for (int64_t k = 0; k < k16; k += 16) {
     if (k % kMxBlock == 0) {
       const int64_t kb = k / kMxBlock;
       for (int64_t r = 0; r < kRows; ++r) {
         scales[r] = rows[r] == kZeroCodes ? kUnitScale : row_scales[r][kb];
       }
+      factors_ok = true;
+      for (int64_t i = 0; i < vecs; ++i) factors_ok &= ScaleFactors(scales + i * n, factors[i]);
     }
     hn::Vec<decltype(d8)> v[kRows];
     for (int64_t r = 0; r < kRows; ++r) v[r] = hn::LoadU(d8, rows[r] + k);
@@ -375,7 +394,7 @@ HWY_INLINE void PackRowGroup(const GemmOperand& op, const DecodeTables& t, int64
       float* out = dst + (k + kk) * width + g;
       const uint8_t* c = codes + kk * kRows;
       for (int64_t i = 0; i < vecs; ++i) {
-        if (!DecodeScaled<kFormat>(c + i * n, scales + i * n, out + i * n)) {
+        if (!factors_ok || !DecodeTimes<kFormat>(c + i * n, factors[i], out + i * n)) {
           for (int64_t l = i * n; l < std::min(valid, (i + 1) * n); ++l) {
             out[l] = t.value[c[l]] * t.scale[scales[l]];
           }
