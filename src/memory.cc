@@ -2,7 +2,9 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <iterator>
 #include <list>
+#include <map>
 #include <mutex>
 #include <new>
 
@@ -33,25 +35,31 @@ Counter g_held_for_backward;
 Counter& CounterOf(MemoryCategory c) { return g_by_category[static_cast<int>(c)]; }
 
 constexpr size_t kAlignment = 64;
-constexpr size_t kCacheMinBytes = 256 << 10;
+// From here on freed buffers are cached. Below it they go back to malloc, whose heap top
+// is trimmed whenever its free space passes a threshold (128 KiB by default, raised to
+// twice the largest freed mmap chunk): a GEMM's pack buffers of 100-200 KiB, freed above
+// a bf16 output allocated before them, were trimmed and page-faulted back at every call
+// (small model's GEMMs 1.1-1.5x slower, Zen 4).
+constexpr size_t kCacheMinBytes = 64 << 10;
 
 // Large freed buffers by padded size, for reuse (SetMemoryCacheLimit). Least recently
 // freed go first when the limit is reached, so the sizes in current use stay (a benchmark
-// of many shapes would otherwise fill the cache with sizes no longer asked for). The list
-// is short (each entry >= 256 KiB under a 1 GiB limit), so a linear search is fine.
+// of many shapes would otherwise fill the cache with sizes no longer asked for). A buffer
+// is found by size in a multimap (the newest of a size: equal keys keep their insertion
+// order) and evicted from the front of a list in the order freed.
 class BufferCache {
  public:
   void* Take(size_t padded) {
     if (padded < kCacheMinBytes) return nullptr;
     std::lock_guard<std::mutex> lock(mutex_);
-    for (auto it = buffers_.rbegin(); it != buffers_.rend(); ++it) {
-      if (it->first != padded) continue;
-      void* p = it->second;
-      buffers_.erase(std::next(it).base());
-      cached_ -= static_cast<int64_t>(padded);
-      return p;
-    }
-    return nullptr;
+    const auto [first, last] = by_size_.equal_range(padded);
+    if (first == last) return nullptr;
+    const auto newest = std::prev(last);
+    void* p = newest->second->p;
+    order_.erase(newest->second);
+    by_size_.erase(newest);
+    cached_ -= static_cast<int64_t>(padded);
+    return p;
   }
   // Keeps p (newest), evicting the oldest buffers to stay under the limit; frees p if it
   // alone exceeds the limit.
@@ -60,7 +68,8 @@ class BufferCache {
       std::lock_guard<std::mutex> lock(mutex_);
       if (static_cast<int64_t>(padded) <= limit_) {
         while (cached_ + static_cast<int64_t>(padded) > limit_) EvictOldestLocked();
-        buffers_.emplace_back(padded, p);
+        order_.push_back(Node{by_size_.end(), p});
+        order_.back().index = by_size_.emplace(padded, std::prev(order_.end()));
         cached_ += static_cast<int64_t>(padded);
         return;
       }
@@ -82,14 +91,25 @@ class BufferCache {
   }
 
  private:
+  struct Node;                    // a cached buffer: its index entry and its memory
+  using Order = std::list<Node>;  // (a list of an incomplete type: allowed since C++17)
+  using Index = std::multimap<size_t, Order::iterator>;
+  struct Node {
+    Index::iterator index;
+    void* p;
+  };
+
   void EvictOldestLocked() {
-    cached_ -= static_cast<int64_t>(buffers_.front().first);
-    std::free(buffers_.front().second);
-    buffers_.pop_front();
+    const Index::iterator oldest = order_.front().index;
+    cached_ -= static_cast<int64_t>(oldest->first);
+    std::free(order_.front().p);
+    by_size_.erase(oldest);
+    order_.pop_front();
   }
 
   std::mutex mutex_;
-  std::list<std::pair<size_t, void*>> buffers_;  // oldest first
+  Order order_;  // oldest first
+  Index by_size_;
   int64_t cached_ = 0;
   int64_t limit_ = int64_t{1} << 30;
 };

@@ -82,5 +82,49 @@ TEST(Memory, CachedBuffersServeRequestsOfTheirSizeClass) {
   ReleaseCachedMemory();
 }
 
+// From 64 KiB on (below, the malloc heap): the newest buffer of a size comes back first,
+// and the limit evicts the oldest buffers, whatever their size.
+TEST(Memory, CacheReturnsTheNewestOfASizeAndEvictsTheOldest) {
+  SetMemoryCacheLimit(int64_t{64} << 20);
+  ReleaseCachedMemory();
+  { const Tensor small = Tensor::Empty(DType::kU8, {(64 << 10) - 64}); }
+  EXPECT_EQ(ReadMemory().cached_bytes, 0);  // below the cache
+  const int64_t kA = 64 << 10, kB = 96 << 10;
+  const void* newest = nullptr;
+  {
+    Tensor first = Tensor::Empty(DType::kU8, {kA});
+    Tensor second = Tensor::Empty(DType::kU8, {kA});
+    newest = second.raw();
+    first = Tensor();   // freed first: the older of the two
+    second = Tensor();  // freed last
+  }
+  EXPECT_EQ(ReadMemory().cached_bytes, 2 * kA);
+  {
+    const Tensor t = Tensor::Empty(DType::kU8, {kA});
+    EXPECT_EQ(t.raw(), newest);
+    EXPECT_EQ(ReadMemory().cached_bytes, kA);
+  }
+  // Cached now, oldest first: A (the older one), A (just freed). Under a limit of A + 2 B,
+  // caching two Bs after an A evicts the oldest A only.
+  SetMemoryCacheLimit(kA + 2 * kB);
+  {
+    const Tensor b = Tensor::Empty(DType::kU8, {kB});
+    const Tensor b2 = Tensor::Empty(DType::kU8, {kB});
+    const Tensor a = Tensor::Empty(DType::kU8, {kA});  // takes the newest A
+    EXPECT_EQ(ReadMemory().cached_bytes, kA);
+  }
+  // Freed in reverse order of declaration: a (2 A cached), b2 (2 A + B), b (the oldest A
+  // evicted).
+  EXPECT_EQ(ReadMemory().cached_bytes, kA + 2 * kB);
+  {
+    const Tensor a = Tensor::Empty(DType::kU8, {kA});
+    EXPECT_EQ(ReadMemory().cached_bytes, 2 * kB);
+    const Tensor another = Tensor::Empty(DType::kU8, {kA});
+    EXPECT_EQ(ReadMemory().cached_bytes, 2 * kB);  // no second A was left
+  }
+  SetMemoryCacheLimit(int64_t{1} << 30);
+  ReleaseCachedMemory();
+}
+
 }  // namespace
 }  // namespace mxtrain
