@@ -300,49 +300,41 @@ void PackColumnwise(const GemmOperand& op, const DecodeTables& t, int64_t f0, in
 }
 
 #if HWY_TARGET != HWY_SCALAR
-// The 16 x 16 (kRows = 16) or 8 x 16 (kRows = 8) block of codes v[r] = 16 codes of row r
-// (K steps 0..15), written K-major: out[k * kRows + r]. Interleaves of bytes, then of 2, 4
-// and 8 bytes: each stage doubles the rows a lane holds and halves the K steps it spans.
-template <int64_t kRows>
-HWY_INLINE void TransposeCodes(const hn::Vec<hn::Full128<uint8_t>> (&v)[kRows],
-                               uint8_t* HWY_RESTRICT out) {
+using Codes = hn::Vec<hn::Full128<uint8_t>>;
+
+// One round of a byte transpose: out[j][2i] and out[j][2i + 1] are the lower and upper
+// interleaves, in lanes of dw, of in[2j][i] and in[2j + 1][i]. A vector of `in` holds
+// kSteps K steps of some rows, each step one lane of dw / 2; one of `out`, half the steps
+// of twice the rows.
+template <class DW, size_t kGroups, size_t kSteps>
+HWY_INLINE void InterleaveRound(DW dw, const Codes (&in)[2 * kGroups][kSteps],
+                                Codes (&out)[kGroups][2 * kSteps]) {
   const hn::Full128<uint8_t> d8;
-  const hn::Full128<uint16_t> d16;
-  const hn::Full128<uint32_t> d32;
-  const hn::Full128<uint64_t> d64;
-  using V8 = hn::Vec<decltype(d8)>;
-  // s1[j][h]: rows 2j, 2j+1; K steps 8h .. 8h+7, a byte pair per step.
-  V8 s1[kRows / 2][2];
-  for (int64_t j = 0; j < kRows / 2; ++j) {
-    s1[j][0] = hn::InterleaveLower(d8, v[2 * j], v[2 * j + 1]);
-    s1[j][1] = hn::InterleaveUpper(d8, v[2 * j], v[2 * j + 1]);
-  }
-  // s2[j][q]: rows 4j .. 4j+3; K steps 4q .. 4q+3, 4 bytes per step.
-  V8 s2[kRows / 4][4];
-  for (int64_t j = 0; j < kRows / 4; ++j) {
-    for (int64_t h = 0; h < 2; ++h) {
-      const auto a = hn::BitCast(d16, s1[2 * j][h]), b = hn::BitCast(d16, s1[2 * j + 1][h]);
-      s2[j][2 * h] = hn::BitCast(d8, hn::InterleaveLower(d16, a, b));
-      s2[j][2 * h + 1] = hn::BitCast(d8, hn::InterleaveUpper(d16, a, b));
+  for (size_t j = 0; j < kGroups; ++j) {
+    for (size_t i = 0; i < kSteps; ++i) {
+      const auto a = hn::BitCast(dw, in[2 * j][i]), b = hn::BitCast(dw, in[2 * j + 1][i]);
+      out[j][2 * i] = hn::BitCast(d8, hn::InterleaveLower(dw, a, b));
+      out[j][2 * i + 1] = hn::BitCast(d8, hn::InterleaveUpper(dw, a, b));
     }
   }
-  // s3[j][e]: rows 8j .. 8j+7; K steps 2e, 2e+1, 8 bytes per step.
-  V8 s3[kRows / 8][8];
-  for (int64_t j = 0; j < kRows / 8; ++j) {
-    for (int64_t q = 0; q < 4; ++q) {
-      const auto a = hn::BitCast(d32, s2[2 * j][q]), b = hn::BitCast(d32, s2[2 * j + 1][q]);
-      s3[j][2 * q] = hn::BitCast(d8, hn::InterleaveLower(d32, a, b));
-      s3[j][2 * q + 1] = hn::BitCast(d8, hn::InterleaveUpper(d32, a, b));
-    }
-  }
-  for (int64_t e = 0; e < 8; ++e) {
-    if constexpr (kRows == 8) {
-      hn::StoreU(s3[0][e], d8, out + e * 16);  // K steps 2e and 2e+1, 8 rows each
-    } else {
-      const auto a = hn::BitCast(d64, s3[0][e]), b = hn::BitCast(d64, s3[1][e]);
-      hn::StoreU(hn::BitCast(d8, hn::InterleaveLower(d64, a, b)), d8, out + 2 * e * 16);
-      hn::StoreU(hn::BitCast(d8, hn::InterleaveUpper(d64, a, b)), d8, out + (2 * e + 1) * 16);
-    }
+}
+
+// The 16 x 16 (kRows = 16) or 8 x 16 (kRows = 8) block of codes v[r][0] = 16 codes of row
+// r (K steps 0..15), written K-major: out[k * kRows + r]. Rounds of interleaves of bytes,
+// then of 2, 4 (and 8) bytes, each doubling the rows a lane holds.
+template <size_t kRows>
+HWY_INLINE void TransposeCodes(const Codes (&v)[kRows][1], uint8_t* HWY_RESTRICT out) {
+  const hn::Full128<uint8_t> d8;
+  Codes s1[kRows / 2][2], s2[kRows / 4][4], s3[kRows / 8][8];
+  InterleaveRound(d8, v, s1);  // rows 2j, 2j+1; K steps 8h .. 8h+7 in s1[j][h]
+  InterleaveRound(hn::Full128<uint16_t>(), s1, s2);  // 4 rows; K steps 4q .. 4q+3
+  InterleaveRound(hn::Full128<uint32_t>(), s2, s3);  // 8 rows; K steps 2e, 2e+1
+  if constexpr (kRows == 8) {
+    for (size_t e = 0; e < 8; ++e) hn::StoreU(s3[0][e], d8, out + e * 16);
+  } else {
+    Codes s4[1][16];
+    InterleaveRound(hn::Full128<uint64_t>(), s3, s4);  // 16 rows; K step k in s4[0][k]
+    for (size_t k = 0; k < 16; ++k) hn::StoreU(s4[0][k], d8, out + k * 16);
   }
 }
 
@@ -387,8 +379,8 @@ HWY_INLINE void PackRowGroup(const GemmOperand& op, const DecodeTables& t, int64
       factors_ok = true;
       for (int64_t i = 0; i < vecs; ++i) factors_ok &= ScaleFactors(scales + i * n, factors[i]);
     }
-    hn::Vec<decltype(d8)> v[kRows];
-    for (int64_t r = 0; r < kRows; ++r) v[r] = hn::LoadU(d8, rows[r] + k);
+    Codes v[kRows][1];
+    for (int64_t r = 0; r < kRows; ++r) v[r][0] = hn::LoadU(d8, rows[r] + k);
     TransposeCodes<kRows>(v, codes);
     for (int64_t kk = 0; kk < 16; ++kk) {
       float* out = dst + (k + kk) * width + g;
