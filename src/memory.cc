@@ -45,8 +45,8 @@ constexpr size_t kCacheMinBytes = 64 << 10;
 // Large freed buffers by padded size, for reuse (SetMemoryCacheLimit). Least recently
 // freed go first when the limit is reached, so the sizes in current use stay (a benchmark
 // of many shapes would otherwise fill the cache with sizes no longer asked for). A buffer
-// is found by size in a multimap (the newest of a size: equal keys keep their insertion
-// order) and evicted from the front of a list in the order freed.
+// is found by size in a multimap (equal keys keep their insertion order: the newest of a
+// size is the last of them) and evicted from the front of a list in the order freed.
 class BufferCache {
  public:
   void* Take(size_t padded) {
@@ -55,7 +55,7 @@ class BufferCache {
     const auto [first, last] = by_size_.equal_range(padded);
     if (first == last) return nullptr;
     const auto newest = std::prev(last);
-    void* p = newest->second->p;
+    void* p = newest->second->second;
     order_.erase(newest->second);
     by_size_.erase(newest);
     cached_ -= static_cast<int64_t>(padded);
@@ -68,8 +68,8 @@ class BufferCache {
       std::lock_guard<std::mutex> lock(mutex_);
       if (static_cast<int64_t>(padded) <= limit_) {
         while (cached_ + static_cast<int64_t>(padded) > limit_) EvictOldestLocked();
-        order_.push_back(Node{by_size_.end(), p});
-        order_.back().index = by_size_.emplace(padded, std::prev(order_.end()));
+        order_.emplace_back(padded, p);
+        by_size_.emplace(padded, std::prev(order_.end()));
         cached_ += static_cast<int64_t>(padded);
         return;
       }
@@ -91,24 +91,23 @@ class BufferCache {
   }
 
  private:
-  struct Node;                    // a cached buffer: its index entry and its memory
-  using Order = std::list<Node>;  // (a list of an incomplete type: allowed since C++17)
+  // Cached buffers (padded size, memory), oldest first, and an index by size into it.
+  using Order = std::list<std::pair<size_t, void*>>;
   using Index = std::multimap<size_t, Order::iterator>;
-  struct Node {
-    Index::iterator index;
-    void* p;
-  };
 
+  // The oldest buffer is also the oldest of its size, which the index lists first of them.
   void EvictOldestLocked() {
-    const Index::iterator oldest = order_.front().index;
-    cached_ -= static_cast<int64_t>(oldest->first);
-    std::free(order_.front().p);
+    const auto [size, p] = order_.front();
+    const Index::iterator oldest = by_size_.lower_bound(size);
+    MXTRAIN_DCHECK(oldest != by_size_.end() && oldest->second == order_.begin());
+    cached_ -= static_cast<int64_t>(size);
+    std::free(p);
     by_size_.erase(oldest);
     order_.pop_front();
   }
 
   std::mutex mutex_;
-  Order order_;  // oldest first
+  Order order_;
   Index by_size_;
   int64_t cached_ = 0;
   int64_t limit_ = int64_t{1} << 30;

@@ -346,10 +346,11 @@ constexpr uint8_t kUnitScale = 127;
 // Rows [f0 + g, f0 + g + kRows) of a rowwise operand, `valid` of them (the rest of the group
 // lies past the panel), over K steps [0, k16) of the chunk at k0 (k16 a multiple of 16):
 // dst[k * width + g + r] for r < valid. Codes are transposed 16 K steps at a time, then
-// decoded a vector at a time with each row's block scale (DecodeScaled; the tables where a
-// lane needs them). Each K step's last vector may run up to Lanes() - 1 floats past its
-// `valid` ones, onto the next K step's (written next) or past the panel's last: the caller
-// leaves room there and writes what follows afterwards.
+// decoded a vector at a time (DecodeTimes) with the rows' scale factors of the block
+// (ScaleFactors, once per block; the tables where either declines a lane). Each K step's
+// last vector may run up to Lanes() - 1 floats past its `valid` ones, onto the next K
+// step's (written next) or past the panel's last: the caller leaves room there and writes
+// what follows afterwards.
 template <int64_t kRows, ElementFormat kFormat>
 HWY_INLINE void PackRowGroup(const GemmOperand& op, const DecodeTables& t, int64_t f0, int64_t g,
                              int64_t valid, int64_t width, int64_t k0, int64_t k16,
@@ -362,7 +363,7 @@ HWY_INLINE void PackRowGroup(const GemmOperand& op, const DecodeTables& t, int64
     const int64_t f = f0 + g + r;
     const bool real = r < valid && f < op.free;
     rows[r] = real ? op.data + f * op.s + k0 : kZeroCodes;
-    row_scales[r] = real ? op.scales + f * op.blocks + k0 / kMxBlock : &kUnitScale;
+    row_scales[r] = real ? op.scales + f * op.blocks + k0 / kMxBlock : nullptr;
   }
   alignas(64) uint8_t codes[16 * kRows];
   alignas(64) uint8_t scales[kRows];
