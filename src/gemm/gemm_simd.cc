@@ -114,35 +114,33 @@ HWY_INLINE void MicroKernel(const float* HWY_RESTRICT a, const float* HWY_RESTRI
       acc[r][1] = hn::MulAdd(av, b1, acc[r][1]);
     }
   }
-  if (c16 != nullptr) {
-#if HWY_TARGET != HWY_SCALAR
-    const V bias0 = bias != nullptr ? hn::LoadU(d, bias) : hn::Zero(d);
-    const V bias1 = bias != nullptr ? hn::LoadU(d, bias + n) : hn::Zero(d);
+  // C (+ the C already there), then for a bf16 result + bias and the rounding, as
+  // FinishGemm does them.
+#if HWY_TARGET != HWY_SCALAR  // (no vector rounding there: c16 stays null)
+  const V bias0 = bias != nullptr ? hn::LoadU(d, bias) : hn::Zero(d);
+  const V bias1 = bias != nullptr ? hn::LoadU(d, bias + n) : hn::Zero(d);
+#endif
 #pragma GCC unroll 16
-    for (int64_t r = 0; r < kMr; ++r) {
-      const float* cr = c + r * ldc;
-      V v0 = add ? hn::Add(hn::LoadU(d, cr), acc[r][0]) : acc[r][0];
-      V v1 = add ? hn::Add(hn::LoadU(d, cr + n), acc[r][1]) : acc[r][1];
-      if (bias != nullptr) {  // as FinishGemm: C, then C + bias, then the rounding
+  for (int64_t r = 0; r < kMr; ++r) {
+    float* cr = c + r * ldc;
+    V v0 = acc[r][0], v1 = acc[r][1];
+    if (add) {
+      v0 = hn::Add(hn::LoadU(d, cr), v0);
+      v1 = hn::Add(hn::LoadU(d, cr + n), v1);
+    }
+#if HWY_TARGET != HWY_SCALAR
+    if (c16 != nullptr) {
+      if (bias != nullptr) {
         v0 = hn::Add(v0, bias0);
         v1 = hn::Add(v1, bias1);
       }
       StoreBf16(d, v0, c16 + r * ldc);
       StoreBf16(d, v1, c16 + r * ldc + n);
+      continue;
     }
-    return;
 #endif
-  }
-#pragma GCC unroll 16
-  for (int64_t r = 0; r < kMr; ++r) {
-    float* cr = c + r * ldc;
-    if (add) {
-      hn::StoreU(hn::Add(hn::LoadU(d, cr), acc[r][0]), d, cr);
-      hn::StoreU(hn::Add(hn::LoadU(d, cr + n), acc[r][1]), d, cr + n);
-    } else {
-      hn::StoreU(acc[r][0], d, cr);
-      hn::StoreU(acc[r][1], d, cr + n);
-    }
+    hn::StoreU(v0, d, cr);
+    hn::StoreU(v1, d, cr + n);
   }
 }
 
