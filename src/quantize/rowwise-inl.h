@@ -11,6 +11,8 @@
 
 #include <hwy/highway.h>
 
+#include <algorithm>
+
 #include "quantize/encode-inl.h"
 #include "quantize/encode16-inl.h"
 #include "quantize/prefetch-inl.h"
@@ -51,13 +53,17 @@ HWY_INLINE void BlockBatch(const QuantSource& src, int64_t index, uint8_t* out, 
 
 template <bool kBf16, ElementFormat kFormat, bool kSaturate>
 void RowwiseT(const QuantSource& src, int64_t row0, int64_t row1, RowwiseOut out) {
-  const int64_t cols = src.cols;
+  // Whole blocks only: the rows' blocks and scales lie end to end, so the rows quantize as
+  // one long row and narrow ones (128 and 256 wide in the default model) fill whole batches.
+  const bool joined = src.cols % kBlock == 0;
+  const int64_t rows = joined ? std::min<int64_t>(row1 - row0, 1) : row1 - row0;
+  const int64_t cols = joined ? src.cols * (row1 - row0) : src.cols;
   const int64_t blocks = (cols + kBlock - 1) / kBlock;
   const int64_t full = cols / kBlock;
-  for (int64_t r = row0; r < row1; ++r) {
-    const int64_t base = r * cols;
+  for (int64_t i = 0; i < rows; ++i) {
+    const int64_t base = row0 * src.cols + i * cols;
     uint8_t* data = out.data + base;
-    uint8_t* scales = out.scales + r * blocks;
+    uint8_t* scales = out.scales + row0 * ((src.cols + kBlock - 1) / kBlock) + i * blocks;
     constexpr int64_t kBatch = static_cast<int64_t>(hn::MaxLanes(DI()));
     int64_t b = 0;
     for (; b + kBatch <= full; b += kBatch) {
