@@ -66,9 +66,59 @@ HWY_INLINE VI DualBlockAmax(const QuantSource& src, int64_t index, ColumnAmax<kB
   }
 }
 
+// kLanes full blocks of the dual kernel, block j at index + j * kBlock folding into the
+// column amax col_amax[j]: their rowwise codes to out (consecutive, as the blocks are) and
+// scale bytes to scales, from one transposing reduction of their amax.
+template <bool kBf16, ElementFormat kFormat, bool kSaturate>
+HWY_INLINE void DualBatch(const QuantSource& src, int64_t index, ColumnAmax<kBf16>* const* col_amax,
+                          uint8_t* out, uint8_t* scales) {
+  constexpr size_t kLanes = hn::MaxLanes(DI());
+  VI block_amax[kLanes];
+  for (size_t j = 0; j < kLanes; ++j) {
+    const int64_t at = index + static_cast<int64_t>(j) * kBlock;
+    PrefetchAhead<kBf16>(src.x, at);
+    block_amax[j] = DualBlockAmax<kBf16>(src, at, col_amax[j]);
+  }
+  const VI b = ScalesV(src.scale_table,
+                       DualAmaxBits<kBf16>(TransposeMax<kLanes, kDualRaw16<kBf16>>(block_amax)));
+#if HWY_TARGET != HWY_SCALAR
+  EncodeBatch16<kBf16, kFormat, kSaturate>(src, index, b, out, scales);
+#else
+  hn::StoreU(hn::TruncateTo(hn::Rebind<uint8_t, DI>(), hn::BitCast(DU(), b)),
+             hn::Rebind<uint8_t, DI>(), scales);
+  for (size_t j = 0; j < kLanes; ++j) {
+    const int64_t at = index + static_cast<int64_t>(j) * kBlock;
+    VF vecs[kBlockVecs];
+    for (size_t i = 0; i < kBlockVecs; ++i) {
+      vecs[i] = LoadF<kBf16>(src.x, at + static_cast<int64_t>(i * hn::Lanes(DF())));
+    }
+    EncodeBlock<kFormat>(vecs, scales[j], out + j * kBlock);
+  }
+#endif
+}
+
+// One full block of the dual kernel at `index` on its own (a row's blocks past its last
+// whole batch).
+template <bool kBf16, ElementFormat kFormat>
+HWY_INLINE void DualBlock(const QuantSource& src, int64_t index, ColumnAmax<kBf16>* col_amax,
+                          uint8_t* out, uint8_t* scale) {
+  PrefetchAhead<kBf16>(src.x, index);
+  const VI row_amax = DualAmaxBits<kBf16>(DualBlockAmax<kBf16>(src, index, col_amax));
+  *scale = BlockScale(src.rule, kFormat,
+                      static_cast<uint32_t>(hn::GetLane(hn::MaxOfLanes(DI(), row_amax))));
+  VF vecs[kBlockVecs];
+  for (size_t i = 0; i < kBlockVecs; ++i) {
+    vecs[i] = LoadF<kBf16>(src.x, index + static_cast<int64_t>(i * hn::Lanes(DF())));
+  }
+  EncodeBlock<kFormat>(vecs, *scale, out);
+}
+
 // Both axes from one read of the strip: each row's blocks are quantized rowwise while the
 // column amax accumulates (kLanes blocks at a time, sharing one transposing reduction of
-// their amax); the columnwise pass then re-reads the strip from cache.
+// their amax); the columnwise pass then re-reads the strip from cache. A strip of whole rows
+// that are whole blocks is one long row of blocks, batched across its rows: rows narrower
+// than a batch (128 and 256 wide in the default model) went block by block, with a
+// horizontal reduction each, and took twice as long as a rowwise quantization.
 template <bool kBf16, ElementFormat kFormat, bool kSaturate>
 void DualT(const QuantSource& src, const ColStrip& strip, RowwiseOut row_out, ColwiseOut col_out,
            void* workspace) {
@@ -80,49 +130,46 @@ void DualT(const QuantSource& src, const ColStrip& strip, RowwiseOut row_out, Co
   // Three quarters of the next strip's lines during the row pass, the longer of the two
   // (of 1/2, 3/4 and all, 3/4 was best for f32 and as good as all for bf16).
   constexpr int64_t kAheadLines = kBatchCols * (kBf16 ? 2 : 4) * 3 / 4 / 64;
+  ColumnAmax<kBf16>* col_amax[kLanes];
+  if (strip.col0 == 0 && strip.col1 == src.cols && src.cols % kBlock == 0) {
+    const int64_t begin = strip.row0 * src.cols;
+    const int64_t end = begin + strip.num_rows * src.cols;
+    int64_t at = begin;
+    int64_t col = 0;  // at's column
+    for (; at + kBatchCols <= end; at += kBatchCols) {
+      ahead.Issue<kAheadLines>();
+      for (size_t j = 0; j < kLanes; ++j) {
+        col_amax[j] = ws.amax + col;
+        col += kBlock;
+        if (col == src.cols) col = 0;
+      }
+      DualBatch<kBf16, kFormat, kSaturate>(src, at, col_amax, row_out.data + at,
+                                           row_out.scales + at / kBlock);
+    }
+    for (; at < end; at += kBlock) {
+      DualBlock<kBf16, kFormat>(src, at, ws.amax + col, row_out.data + at,
+                                row_out.scales + at / kBlock);
+      col += kBlock;
+      if (col == src.cols) col = 0;
+    }
+    FinishColumnStrip<kBf16, kFormat, kSaturate>(src, strip, col_out, ws, ahead);
+    return;
+  }
   for (int64_t r = strip.row0; r < strip.row0 + strip.num_rows; ++r) {
     const int64_t base = r * src.cols;
     uint8_t* row_scales = row_out.scales + r * blocks_per_row;
     int64_t c = strip.col0;
     for (; c + kBatchCols <= strip.col1; c += kBatchCols) {
       ahead.Issue<kAheadLines>();
-      VI block_amax[kLanes];
       for (size_t j = 0; j < kLanes; ++j) {
-        const int64_t at = c + static_cast<int64_t>(j) * kBlock;
-        PrefetchAhead<kBf16>(src.x, base + at);
-        block_amax[j] = DualBlockAmax<kBf16>(src, base + at, ws.amax + (at - strip.col0));
+        col_amax[j] = ws.amax + (c - strip.col0) + static_cast<int64_t>(j) * kBlock;
       }
-      const VI b =
-          ScalesV(src.scale_table,
-                  DualAmaxBits<kBf16>(TransposeMax<kLanes, kDualRaw16<kBf16>>(block_amax)));
-      uint8_t* scales = row_scales + c / kBlock;
-#if HWY_TARGET != HWY_SCALAR
-      EncodeBatch16<kBf16, kFormat, kSaturate>(src, base + c, b, row_out.data + base + c, scales);
-#else
-      hn::StoreU(hn::TruncateTo(hn::Rebind<uint8_t, DI>(), hn::BitCast(DU(), b)),
-                 hn::Rebind<uint8_t, DI>(), scales);
-      for (size_t j = 0; j < kLanes; ++j) {
-        const int64_t at = c + static_cast<int64_t>(j) * kBlock;
-        VF vecs[kBlockVecs];
-        for (size_t i = 0; i < kBlockVecs; ++i) {
-          vecs[i] = LoadF<kBf16>(src.x, base + at + static_cast<int64_t>(i * hn::Lanes(DF())));
-        }
-        EncodeBlock<kFormat>(vecs, scales[j], row_out.data + base + at);
-      }
-#endif
+      DualBatch<kBf16, kFormat, kSaturate>(src, base + c, col_amax, row_out.data + base + c,
+                                           row_scales + c / kBlock);
     }
     for (; c + kBlock <= strip.col1; c += kBlock) {
-      PrefetchAhead<kBf16>(src.x, base + c);
-      const VI row_amax =
-          DualAmaxBits<kBf16>(DualBlockAmax<kBf16>(src, base + c, ws.amax + (c - strip.col0)));
-      uint8_t* scale = row_scales + c / kBlock;
-      *scale = BlockScale(src.rule, kFormat,
-                          static_cast<uint32_t>(hn::GetLane(hn::MaxOfLanes(DI(), row_amax))));
-      VF vecs[kBlockVecs];
-      for (size_t i = 0; i < kBlockVecs; ++i) {
-        vecs[i] = LoadF<kBf16>(src.x, base + c + static_cast<int64_t>(i * hn::Lanes(DF())));
-      }
-      EncodeBlock<kFormat>(vecs, *scale, row_out.data + base + c);
+      DualBlock<kBf16, kFormat>(src, base + c, ws.amax + (c - strip.col0), row_out.data + base + c,
+                                row_scales + c / kBlock);
     }
     if (c < strip.col1) {  // the row's partial last block (col1 == cols here)
       AccumulateStripAmax<kBf16>(src, r, c, strip.col1, ws.amax + (c - strip.col0));
