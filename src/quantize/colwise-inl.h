@@ -14,6 +14,7 @@
 #include <hwy/highway.h>
 
 #include <algorithm>
+#include <cstring>
 #include <type_traits>
 
 #include "quantize/encode-inl.h"
@@ -44,6 +45,30 @@ HWY_INLINE void AccumulateColumnAmax16(const QuantSource& src, int64_t row, int6
   }
 }
 
+// The last len (< Lanes(D16())) columns of a row at `index` through the 16-bit encoder,
+// from a zero-padded copy (zero lanes encode to 0 and are never slow); sub and slow_below
+// are whole vectors whose first len lanes are the columns' (the rest any value), scales the
+// columns' scale bytes. For strips narrower than a vector; wider ones end with the vector
+// that ends at their last column.
+template <bool kBf16, ElementFormat kFormat, bool kSaturate>
+HWY_INLINE void EncodeTail16(const void* x, int64_t index, int64_t len, const uint16_t* sub,
+                             const uint16_t* slow_below, const uint8_t* scales, uint8_t* out) {
+  const D16 d;
+  constexpr size_t kSize = kBf16 ? 2 : 4;
+  alignas(64) uint8_t in[hn::MaxLanes(D16()) * kSize] = {};
+  std::memcpy(in, static_cast<const uint8_t*>(x) + index * static_cast<int64_t>(kSize),
+              static_cast<size_t>(len) * kSize);
+  const V16 h = Load16<kBf16>(in, 0);
+  const V16 slow = hn::Load(d, slow_below);
+  Fast16 fast = AllFast16();
+  alignas(64) uint8_t codes[hn::MaxLanes(D16())];
+  StoreCodes16(Encode16<kFormat, kSaturate>(h, hn::Load(d, sub), slow, fast), codes);
+  std::memcpy(out, codes, static_cast<size_t>(len));
+  if (HWY_UNLIKELY(AnySlow16(fast))) {
+    EncodeSlowLanes<kBf16, kFormat>(x, index, LaneBits16(SlowLanes16(h, slow)), scales, 0, out);
+  }
+}
+
 // Columnwise pass 2 in 16-bit lanes (no NaN column in the strip): per-column subtrahends
 // and thresholds (Enc16), and the scale bytes for the exact path. kSaturate as for Encode16.
 template <bool kBf16, ElementFormat kFormat, bool kSaturate, bool kStream>
@@ -64,6 +89,12 @@ void EncodeColumnStrip16(const QuantSource& src, const ColStrip& strip, ColwiseO
       kGroup * static_cast<int64_t>(hn::MaxLanes(D16())) * (kBf16 ? 2 : 4) / 64 / 2;
   const int64_t groups_per_row = (col1 - col0) / (kGroup * n);
   const int64_t per_row = (ahead.left() + strip.num_rows - 1) / strip.num_rows;
+  // The columns of a strip narrower than a vector, the same in every row (EncodeTail16).
+  const int64_t tail_at = col0 + (col1 - col0) / n * n;
+  alignas(64) uint16_t tail_sub[hn::MaxLanes(D16())] = {};
+  alignas(64) uint16_t tail_slow_below[hn::MaxLanes(D16())] = {};
+  std::copy(sub + (tail_at - col0), sub + (col1 - col0), tail_sub);
+  std::copy(slow_below + (tail_at - col0), slow_below + (col1 - col0), tail_slow_below);
   for (int64_t r = strip.row0; r < strip.row0 + strip.num_rows; ++r) {
     const int64_t base = r * cols;
     uint8_t* data = out.data + base;
@@ -125,9 +156,16 @@ void EncodeColumnStrip16(const QuantSource& src, const ColStrip& strip, ColwiseO
       for (int i = 0; i < num_flagged; ++i) redo(flagged[i], flagged[i] + kGroup * n);
     }
     if (HWY_UNLIKELY(AnySlow16(fast))) redo(groups_end, vectors_end);
-    for (; c < col1; ++c) {
-      data[c] = EncodeElement(kFormat,
-                              LoadScalar<kBf16>(x, base + c) * E8M0InverseScale(scales[c - col0]));
+    if (c < col1 && col1 - col0 >= n) {
+      // The columns past the last whole vector as the vector that ends at col1: the
+      // columns it shares with the one before get the same codes again, and its redo
+      // fixes the slow lanes of both (an ordinary store, after the others in program order).
+      Fast16 tail_fast = AllFast16();
+      StoreCodes16(encode(col1 - n, tail_fast), data + (col1 - n));
+      if (HWY_UNLIKELY(AnySlow16(tail_fast))) redo(col1 - n, col1);
+    } else if (c < col1) {
+      EncodeTail16<kBf16, kFormat, kSaturate>(x, base + c, col1 - c, tail_sub, tail_slow_below,
+                                              scales + (c - col0), data + c);
     }
   }
   // The streamed codes reach memory before the strip is reported done (and the redos'
