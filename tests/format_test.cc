@@ -180,10 +180,15 @@ TEST_P(Bf16NarrowingPerTarget, EqualsScalar) {
   for (float& b : bias) b = F32FromBits(rng() & 0xBFFFFFFFu);  // finite, some huge
   for (const size_t n : {x.size(), size_t{1}, size_t{7}, size_t{17}, size_t{33}}) {
     std::vector<uint16_t> got(n), got_bias(n);
+    std::vector<float> rounded(n);
     internal::NarrowToBf16(x.data(), static_cast<int64_t>(n), nullptr, got.data());
     internal::NarrowToBf16(x.data(), static_cast<int64_t>(n), bias.data(), got_bias.data());
+    internal::RoundToBf16(x.data(), static_cast<int64_t>(n), rounded.data());
     for (size_t i = 0; i < n; ++i) {
       ASSERT_EQ(got[i], F32ToBf16(x[i])) << GetParam() << " bits " << std::hex << F32Bits(x[i]);
+      // Rounding within fp32: the narrowed bits widened, NaN payloads included.
+      ASSERT_EQ(F32Bits(rounded[i]), uint32_t{F32ToBf16(x[i])} << 16)
+          << GetParam() << " bits " << std::hex << F32Bits(x[i]);
       ASSERT_EQ(got_bias[i], F32ToBf16(x[i] + bias[i]))
           << GetParam() << " bits " << std::hex << F32Bits(x[i]) << " + " << F32Bits(bias[i]);
     }

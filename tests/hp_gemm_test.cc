@@ -177,6 +177,22 @@ TEST(HpGemm, Bf16OnTheF32RouteRoundsTheOperands) {
   ExpectHpWithinBound(c16, a, Contract::kLast, b, Contract::kLast, DType::kBF16, "onednn-f32");
   const Tensor c32 = HpGemm(a, Contract::kLast, b, Contract::kLast, DType::kF32);
   EXPECT_FALSE(BytesEqual(c16, c32));
+  // Bit for bit the f32 GEMM of the operands rounded to bf16 and widened beforehand, below
+  // and above the rounding pass's parallel threshold (2^16 elements).
+  const auto rounded = [](const Tensor& t) {
+    return CastTo(CastTo(t, DType::kBF16, MemoryCategory::kWorkspace, 2), DType::kF32,
+                  MemoryCategory::kWorkspace, 2);
+  };
+  for (const int64_t rows : {m, int64_t{301}}) {
+    std::vector<float> values = RandomValues(rows * s, 13, -2, 2);
+    values[5] = 1.0f + 0x1p-8f;    // ties to even: down
+    values[6] = 1.0f + 0x1.8p-7f;  // and up
+    const Tensor x = MakeF32({rows, s}, values);
+    EXPECT_TRUE(
+        BytesEqual(HpGemm(x, Contract::kLast, b, Contract::kLast, DType::kBF16),
+                   HpGemm(rounded(x), Contract::kLast, rounded(b), Contract::kLast, DType::kF32)))
+        << rows << " rows";
+  }
 }
 
 TEST(HpGemm, EmptyShapesAndErrors) {

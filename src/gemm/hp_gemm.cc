@@ -13,17 +13,18 @@
 #include <mutex>
 #include <tuple>
 
+#include "convert.h"
 #include "fp_env.h"
 #include "gemm/grouped.h"
 #include "gemm/kernels.h"
 #include "mxtrain/elementwise.h"
 #include "mxtrain/error.h"
 #include "mxtrain/testing.h"
+#include "omp_threads.h"
+#include "simd_internal.h"
 
 #ifdef MXTRAIN_HAVE_DNNL
 #include <oneapi/dnnl/dnnl.hpp>
-
-#include "omp_threads.h"
 #endif
 
 namespace mxtrain {
@@ -48,9 +49,25 @@ HpView ViewOf(const Tensor& t, Contract c, DType compute, bool widen, int thread
       t.defined() && t.rank() == 2 && (t.dtype() == DType::kF32 || t.dtype() == DType::kBF16),
       "hp gemm: ", name, " must be a 2-D f32 or bf16 tensor");
   const bool first = c == Contract::kFirst;
-  // Rounding to the compute type is the only copy: bf16 operands for a bf16 GEMM, f32 for f32.
-  Tensor rounded = CastTo(t, compute, MemoryCategory::kWorkspace, threads);
-  if (widen) rounded = CastTo(rounded, DType::kF32, MemoryCategory::kWorkspace, threads);
+  // Rounding to the compute type is the only copy: bf16 operands for a bf16 GEMM, f32 for
+  // f32, and for `widen` an fp32 operand rounded to bf16 within fp32 in one pass (a bf16
+  // copy widened took two: 6.3-6.9 against 4.0-4.6 ms for 4096 x 4096, 2 threads, AVX2,
+  // Zen 4); a bf16 operand is widened.
+  Tensor rounded;
+  if (widen && t.dtype() == DType::kF32) {
+    rounded = Tensor::Empty(DType::kF32, t.shape(), MemoryCategory::kWorkspace);
+    const float* src = t.const_data<float>();
+    float* dst = rounded.mutable_data<float>();
+    const int64_t n = t.NumElements();
+    internal::EnsureSimdTargetChosen();
+#pragma omp parallel num_threads(threads) if (n > (1 << 16))
+    {
+      const internal::ThreadShare share(n);
+      internal::RoundToBf16(src + share.begin, share.end - share.begin, dst + share.begin);
+    }
+  } else {
+    rounded = CastTo(t, widen ? DType::kF32 : compute, MemoryCategory::kWorkspace, threads);
+  }
   return HpView{std::move(rounded), first, first ? t.shape()[1] : t.shape()[0],
                 first ? t.shape()[0] : t.shape()[1]};
 }
