@@ -361,7 +361,7 @@ HWY_INLINE void PackRowGroup(const GemmOperand& op, const DecodeTables& t, int64
     const int64_t f = f0 + g + r;
     const bool real = r < valid && f < op.free;
     rows[r] = real ? op.data + f * op.s + k0 : kZeroCodes;
-    row_scales[r] = real ? op.scales + f * op.blocks + k0 / kMxBlock : nullptr;
+    row_scales[r] = real ? op.scales + f * op.blocks + k0 / kMxBlock : nullptr;  // zero codes
   }
   alignas(64) uint8_t codes[16 * kRows];
   alignas(64) uint8_t scales[kRows];
@@ -373,7 +373,7 @@ HWY_INLINE void PackRowGroup(const GemmOperand& op, const DecodeTables& t, int64
     if (k % kMxBlock == 0) {
       const int64_t kb = k / kMxBlock;
       for (int64_t r = 0; r < kRows; ++r) {
-        scales[r] = rows[r] == kZeroCodes ? kUnitScale : row_scales[r][kb];
+        scales[r] = row_scales[r] != nullptr ? row_scales[r][kb] : kUnitScale;
       }
       factors_ok = true;
       for (int64_t i = 0; i < vecs; ++i) factors_ok &= ScaleFactors(scales + i * n, factors[i]);

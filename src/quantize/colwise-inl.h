@@ -89,12 +89,13 @@ void EncodeColumnStrip16(const QuantSource& src, const ColStrip& strip, ColwiseO
       kGroup * static_cast<int64_t>(hn::MaxLanes(D16())) * (kBf16 ? 2 : 4) / 64 / 2;
   const int64_t groups_per_row = (col1 - col0) / (kGroup * n);
   const int64_t per_row = (ahead.left() + strip.num_rows - 1) / strip.num_rows;
-  // The columns of a strip narrower than a vector, the same in every row (EncodeTail16).
-  const int64_t tail_at = col0 + (col1 - col0) / n * n;
+  // A strip narrower than a vector: its columns' offsets as whole vectors (EncodeTail16).
   alignas(64) uint16_t tail_sub[hn::MaxLanes(D16())] = {};
   alignas(64) uint16_t tail_slow_below[hn::MaxLanes(D16())] = {};
-  std::copy(sub + (tail_at - col0), sub + (col1 - col0), tail_sub);
-  std::copy(slow_below + (tail_at - col0), slow_below + (col1 - col0), tail_slow_below);
+  if (col1 - col0 < n) {
+    std::copy(sub, sub + (col1 - col0), tail_sub);
+    std::copy(slow_below, slow_below + (col1 - col0), tail_slow_below);
+  }
   for (int64_t r = strip.row0; r < strip.row0 + strip.num_rows; ++r) {
     const int64_t base = r * cols;
     uint8_t* data = out.data + base;
