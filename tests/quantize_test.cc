@@ -329,6 +329,53 @@ TEST(ScaleTable, EqualsBlockScaleAtEveryBinadeEdgeAndAtRandom) {
   }
 }
 
+// The fp32 kernels narrow their input to 16 bits with round-to-odd (NarrowToOdd, the low
+// 16 bits OR-ed into bit 16) and take the amax of the narrowed values in the binades the
+// table marks narrow-exact, the affine range among them: there every rule must give a
+// narrowed amax the byte of the full one. Every binade, every 7-bit top of the mantissa, low
+// halves at both ends and between. The binades not marked (rceil's tiniest) do change a
+// byte, so the kernels' exact fallback is needed (FastPathsPerTarget.Fp32AmaxAtEveryThreshold).
+TEST(ScaleTable, Fp32AmaxNarrowedToOddKeepsItsByteWhereMarked) {
+  const auto narrowed = [](uint32_t bits) {
+    return ((bits >> 16) | ((bits & 0xFFFFu) != 0 ? 1u : 0u)) << 16;
+  };
+  std::mt19937 rng(405);
+  for (ScaleRule rule : kRules) {
+    for (ElementFormat f : kFormats) {
+      const internal::ScaleTable& t = internal::ScaleTableFor(rule, f);
+      int unmarked = 0, unmarked_differ = 0;
+      for (uint32_t e = 0; e < 256; ++e) {
+        const bool exact = internal::NarrowExact(t, e);
+        if (e >= t.affine_lo && e <= t.affine_hi) {
+          ASSERT_TRUE(exact) << Name(rule) << " " << e;
+        }
+        unmarked += !exact;
+        bool differs = false;
+        for (uint32_t top = 0; top < 128; ++top) {
+          for (uint32_t low : {0u, 1u, 2u, 0x7FFFu, 0x8000u, 0xFFFEu, 0xFFFFu,
+                               static_cast<uint32_t>(rng() & 0xFFFFu)}) {
+            const uint32_t bits = (e << 23) | (top << 16) | low;
+            const bool same = BlockScale(rule, f, narrowed(bits)) == BlockScale(rule, f, bits);
+            if (exact) {
+              ASSERT_TRUE(same) << Name(rule) << " " << Name(f) << " amax bits " << std::hex
+                                << bits;
+            }
+            differs |= !same;
+          }
+        }
+        unmarked_differ += !exact && differs;
+      }
+      // Only rceil, through its rounded quotient, has binades to fall back in.
+      if (rule == ScaleRule::kRceil) {
+        EXPECT_GT(unmarked, 0) << Name(f);
+      } else {
+        EXPECT_EQ(unmarked, 0) << Name(rule) << " " << Name(f);
+      }
+      EXPECT_EQ(unmarked_differ, unmarked) << Name(rule) << " " << Name(f);
+    }
+  }
+}
+
 // The affine range the kernels use instead of the gather: its entries are exactly the
 // exponent plus the one offset, and it covers every binade a block amax is likely to have
 // (the kernel tests below run both sides: zero blocks and subnormal or huge amax gather).
@@ -461,6 +508,62 @@ TEST_P(FastPathsPerTarget, Fp32TiesAndStickyBits) {
       ExpectSame(QuantizeColumnwise(cols, o), ref_col, "columnwise " + Describe(o, cols));
       ExpectSame(QuantizeDual(rows, o).rowwise, ref_row, "dual " + Describe(o, rows));
       ExpectSame(QuantizeDual(cols, o).columnwise, ref_col, "dual columnwise " + Describe(o, cols));
+    }
+  }
+}
+
+// The dual kernel takes an fp32 strip's amax from its 16-bit copy (round-to-odd), which
+// gives the full amax's scale only in the binades the table marks (NarrowExact); in the
+// others, rceil's tiniest, it must take the fp32 amax again. Blocks and columns whose amax
+// lies near the threshold of every unmarked binade (and of a few marked ones), with the low
+// 16 bits that narrowing folds away, as rows (batched, lone and partial blocks) and columns
+// (vector and scalar tails of the scale step).
+TEST_P(FastPathsPerTarget, Fp32AmaxWhereNarrowingWouldChangeTheScale) {
+  std::mt19937 rng(406);
+  for (ElementFormat f : kFormats) {
+    const internal::ScaleTable& t = internal::ScaleTableFor(ScaleRule::kRceil, f);
+    std::vector<uint32_t> amax;
+    int unmarked = 0;
+    for (uint32_t e = 255; e-- > 0;) {  // the unmarked last: the columns' scalar tail
+      const bool marked = internal::NarrowExact(t, e);
+      if (marked && e != 100 && e != t.affine_lo) continue;
+      unmarked += !marked;
+      const uint32_t keep = t.entry[e] & 0x7FFFFF;
+      for (int64_t d : {-0x10000, -2, -1, 0, 1, 2, 0xFFFF, 0x10000}) {
+        const int64_t m = std::clamp<int64_t>(int64_t{keep} + d, 0, 0x7FFFFF);
+        amax.push_back((e << 23) | static_cast<uint32_t>(m));
+      }
+    }
+    ASSERT_GT(unmarked, 0) << Name(f);
+    // Block b: its amax at a varying place, the rest of smaller magnitude.
+    std::vector<float> blocks;
+    for (size_t b = 0; b < amax.size(); ++b) {
+      for (int i = 0; i < 32; ++i) {
+        uint32_t bits = amax[b];
+        if (i != static_cast<int>(b % 32)) bits -= std::min<uint32_t>(bits, 1 + rng() % 0x20000);
+        if (rng() % 2) bits |= 0x80000000u;
+        blocks.push_back(F32FromBits(bits));
+      }
+    }
+    const int64_t n = static_cast<int64_t>(amax.size());
+    for (int64_t width : {int64_t{18 * 32}, int64_t{18 * 32 - 5}}) {
+      // As rows: the blocks end to end, zero-padded.
+      const int64_t rows = CeilDiv(n * 32, width);
+      std::vector<float> r(static_cast<size_t>(rows * width), 0.0f);
+      std::copy(blocks.begin(), blocks.end(), r.begin());
+      SCOPED_TRACE(StrCat("rows of ", width));
+      CheckAllPaths(MakeF32({rows, width}, r), {f, ScaleRule::kRceil});
+    }
+    for (int64_t extra : {int64_t{0}, int64_t{3}}) {
+      // As columns: block b down column extra + b of 32 rows (the last columns are the
+      // scale step's scalar tail).
+      const int64_t cols = n + extra;
+      std::vector<float> c(static_cast<size_t>(32 * cols), 0.0f);
+      for (int64_t b = 0; b < n; ++b) {
+        for (int64_t i = 0; i < 32; ++i) c[i * cols + extra + b] = blocks[b * 32 + i];
+      }
+      SCOPED_TRACE(StrCat("columns ", cols));
+      CheckAllPaths(MakeF32({32, cols}, c), {f, ScaleRule::kRceil});
     }
   }
 }

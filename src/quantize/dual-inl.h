@@ -22,10 +22,22 @@ namespace mxtrain::internal {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-// Whether DualBlockAmax returns 16-bit maxima (bf16 on the 16-bit path) rather than fp32
-// bits; DualAmaxBits turns either into fp32 bits per lane.
+// Whether the dual kernel's row pass writes an fp32 strip's 16-bit patterns (round-to-odd,
+// Load16) to the workspace (StripWorkspace's copy) and takes both amax from them: the row
+// pass narrows the strip for its own encode anyway, and pass 2 then reads the copy, half
+// the bytes, instead of narrowing the strip again (docs/decisions.md "fp32 dual from a
+// 16-bit copy"). The exact path still reads the source.
 template <bool kBf16>
-constexpr bool kDualRaw16 = std::is_same_v<ColumnAmax<kBf16>, uint16_t>;
+constexpr bool kDualCopy = !kBf16 && k16;
+template <bool kBf16>
+using DualAmax = ColumnAmax<kBf16, kDualCopy<kBf16>>;
+template <bool kBf16>
+using DualWorkspace = StripWorkspace<kBf16, kDualCopy<kBf16>>;
+
+// Whether DualBlockAmax returns 16-bit maxima (the 16-bit path) rather than fp32 bits;
+// DualAmaxBits turns either into fp32 bits per lane.
+template <bool kBf16>
+constexpr bool kDualRaw16 = std::is_same_v<DualAmax<kBf16>, uint16_t>;
 
 template <bool kBf16>
 HWY_INLINE VI DualAmaxBits(VI amax) {
@@ -37,16 +49,20 @@ HWY_INLINE VI DualAmaxBits(VI amax) {
 
 // One full row block of the dual kernel at `index`: its elements' magnitudes folded into
 // the column amax `col_amax`, and the block's own amax returned per lane (kDualRaw16: as
-// 16-bit maxima, else as fp32 bits).
+// 16-bit maxima, else as fp32 bits). Where kDualCopy the block's 16-bit patterns also go
+// to `copy`.
 template <bool kBf16>
-HWY_INLINE VI DualBlockAmax(const QuantSource& src, int64_t index, ColumnAmax<kBf16>* col_amax) {
-  if constexpr (std::is_same_v<ColumnAmax<kBf16>, uint16_t>) {
+HWY_INLINE VI DualBlockAmax(const QuantSource& src, int64_t index, DualAmax<kBf16>* col_amax,
+                            uint16_t* copy) {
+  if constexpr (std::is_same_v<DualAmax<kBf16>, uint16_t>) {
 #if HWY_TARGET != HWY_SCALAR
     const D16 d;
     const size_t n = hn::Lanes(d);
     V16 row_amax = hn::Zero(d);
     for (size_t i = 0; i < kBlockVecs16; ++i) {
-      const V16 a = Abs16(Load16<true>(src.x, index + static_cast<int64_t>(i * n)));
+      const V16 h = Load16<kBf16>(src.x, index + static_cast<int64_t>(i * n));
+      if constexpr (kDualCopy<kBf16>) hn::StoreU(h, d, copy + i * n);
+      const V16 a = Abs16(h);
       row_amax = hn::Max(row_amax, a);
       uint16_t* ca = col_amax + i * n;
       hn::StoreU(hn::Max(hn::LoadU(d, ca), a), d, ca);
@@ -54,6 +70,7 @@ HWY_INLINE VI DualBlockAmax(const QuantSource& src, int64_t index, ColumnAmax<kB
     return hn::BitCast(DI(), row_amax);
 #endif
   } else {
+    (void)copy;
     const size_t n = hn::Lanes(DF());
     VI row_amax = hn::Zero(DI());
     for (size_t i = 0; i < kBlockVecs; ++i) {
@@ -67,22 +84,45 @@ HWY_INLINE VI DualBlockAmax(const QuantSource& src, int64_t index, ColumnAmax<kB
 }
 
 // kLanes full blocks of the dual kernel, block j at index + j * kBlock folding into the
-// column amax col_amax[j]: their rowwise codes to out (consecutive, as the blocks are) and
-// scale bytes to scales, from one transposing reduction of their amax.
-template <bool kBf16, ElementFormat kFormat, bool kSaturate>
-HWY_INLINE void DualBatch(const QuantSource& src, int64_t index, ColumnAmax<kBf16>* const* col_amax,
-                          uint8_t* out, uint8_t* scales) {
+// column amax col_amax[j] (and, where kDualCopy, its 16-bit patterns to copy + j * kBlock):
+// their rowwise codes to out (consecutive, as the blocks are) and scale bytes to scales, from
+// one transposing reduction of their amax. kStream: non-temporal code stores.
+template <bool kBf16, ElementFormat kFormat, bool kSaturate, bool kStream = false>
+HWY_INLINE void DualBatch(const QuantSource& src, int64_t index, DualAmax<kBf16>* const* col_amax,
+                          uint16_t* copy, uint8_t* out, uint8_t* scales) {
   constexpr size_t kLanes = hn::MaxLanes(DI());
   VI block_amax[kLanes];
   for (size_t j = 0; j < kLanes; ++j) {
     const int64_t at = index + static_cast<int64_t>(j) * kBlock;
     PrefetchAhead<kBf16>(src.x, at);
-    block_amax[j] = DualBlockAmax<kBf16>(src, at, col_amax[j]);
+    block_amax[j] =
+        DualBlockAmax<kBf16>(src, at, col_amax[j], kDualCopy<kBf16> ? copy + j * kBlock : nullptr);
   }
-  const VI b = ScalesV(src.scale_table,
-                       DualAmaxBits<kBf16>(TransposeMax<kLanes, kDualRaw16<kBf16>>(block_amax)));
+  VI amax = DualAmaxBits<kBf16>(TransposeMax<kLanes, kDualRaw16<kBf16>>(block_amax));
+  if constexpr (kDualCopy<kBf16>) {
+    // Narrowed amax outside the affine range may need the fp32 amax (ScaleAmax).
+    const DU du;
+    const VU exponent = hn::ShiftRight<23>(hn::BitCast(du, amax));
+    const auto outside =
+        hn::Gt(hn::Sub(exponent, hn::Set(du, src.scale_table->affine_lo)),
+               hn::Set(du, src.scale_table->affine_hi - src.scale_table->affine_lo));
+    if (HWY_UNLIKELY(!hn::AllFalse(du, outside))) {
+      alignas(64) uint32_t bits[kLanes];
+      hn::Store(hn::BitCast(du, amax), du, bits);
+      for (size_t j = 0; j < kLanes; ++j) {
+        bits[j] = ScaleAmax<kBf16, kDualCopy<kBf16>>(
+            *src.scale_table, bits[j], src.x, index + static_cast<int64_t>(j) * kBlock, kBlock, 1);
+      }
+      amax = hn::BitCast(DI(), hn::Load(du, bits));
+    }
+  }
+  const VI b = ScalesV(src.scale_table, amax);
 #if HWY_TARGET != HWY_SCALAR
-  EncodeBatch16<kBf16, kFormat, kSaturate>(src, index, b, out, scales);
+  if constexpr (kDualCopy<kBf16>) {
+    EncodeBatch16<kBf16, kFormat, kSaturate, kStream, true>(src, index, b, out, scales, copy);
+  } else {
+    EncodeBatch16<kBf16, kFormat, kSaturate, kStream>(src, index, b, out, scales);
+  }
 #else
   hn::StoreU(hn::TruncateTo(hn::Rebind<uint8_t, DI>(), hn::BitCast(DU(), b)),
              hn::Rebind<uint8_t, DI>(), scales);
@@ -100,12 +140,14 @@ HWY_INLINE void DualBatch(const QuantSource& src, int64_t index, ColumnAmax<kBf1
 // One full block of the dual kernel at `index` on its own (a row's blocks past its last
 // whole batch).
 template <bool kBf16, ElementFormat kFormat>
-HWY_INLINE void DualBlock(const QuantSource& src, int64_t index, ColumnAmax<kBf16>* col_amax,
-                          uint8_t* out, uint8_t* scale) {
+HWY_INLINE void DualBlock(const QuantSource& src, int64_t index, DualAmax<kBf16>* col_amax,
+                          uint16_t* copy, uint8_t* out, uint8_t* scale) {
   PrefetchAhead<kBf16>(src.x, index);
-  const VI row_amax = DualAmaxBits<kBf16>(DualBlockAmax<kBf16>(src, index, col_amax));
-  *scale = BlockScale(src.rule, kFormat,
-                      static_cast<uint32_t>(hn::GetLane(hn::MaxOfLanes(DI(), row_amax))));
+  const VI row_amax = DualAmaxBits<kBf16>(DualBlockAmax<kBf16>(src, index, col_amax, copy));
+  const uint32_t amax = ScaleAmax<kBf16, kDualCopy<kBf16>>(
+      *src.scale_table, static_cast<uint32_t>(hn::GetLane(hn::MaxOfLanes(DI(), row_amax))), src.x,
+      index, kBlock, 1);
+  *scale = BlockScale(src.rule, kFormat, amax);
   VF vecs[kBlockVecs];
   for (size_t i = 0; i < kBlockVecs; ++i) {
     vecs[i] = LoadF<kBf16>(src.x, index + static_cast<int64_t>(i * hn::Lanes(DF())));
@@ -113,71 +155,103 @@ HWY_INLINE void DualBlock(const QuantSource& src, int64_t index, ColumnAmax<kBf1
   EncodeBlock<kFormat>(vecs, *scale, out);
 }
 
-// Both axes from one read of the strip: each row's blocks are quantized rowwise while the
-// column amax accumulates (kLanes blocks at a time, sharing one transposing reduction of
-// their amax); the columnwise pass then re-reads the strip from cache. A strip of whole rows
-// that are whole blocks is one long row of blocks, batched across its rows: rows narrower
-// than a batch (128 and 256 wide in the default model) went block by block, with a
-// horizontal reduction each, and took twice as long as a rowwise quantization.
-template <bool kBf16, ElementFormat kFormat, bool kSaturate>
-void DualT(const QuantSource& src, const ColStrip& strip, RowwiseOut row_out, ColwiseOut col_out,
-           void* workspace) {
-  const StripWorkspace<kBf16> ws(workspace, strip.col1 - strip.col0);
-  NextStripPrefetch ahead(src, strip);
+// Three quarters of the next strip's lines during the row pass, the longer of the two
+// (of 1/2, 3/4 and all, 3/4 was best for f32 and as good as all for bf16): lines per batch.
+template <bool kBf16>
+constexpr int64_t kDualAheadLines =
+    static_cast<int64_t>(hn::MaxLanes(DI())) * kBlock*(kBf16 ? 2 : 4) * 3 / 4 / 64;
+
+// The row pass of a strip of whole rows that are whole blocks: one long run of blocks
+// batched across its rows (each block folds into its own column's amax). Rows narrower than
+// a batch (128 and 256 wide in the default model) went block by block, with a horizontal
+// reduction each, and took twice as long as a rowwise quantization.
+template <bool kBf16, ElementFormat kFormat, bool kSaturate, bool kStream>
+void DualRows(const QuantSource& src, const ColStrip& strip, RowwiseOut row_out,
+              const DualWorkspace<kBf16>& ws, NextStripPrefetch& ahead) {
   constexpr size_t kLanes = hn::MaxLanes(DI());
   constexpr int64_t kBatchCols = static_cast<int64_t>(kLanes) * kBlock;
-  const int64_t blocks_per_row = (src.cols + kBlock - 1) / kBlock;
-  // Three quarters of the next strip's lines during the row pass, the longer of the two
-  // (of 1/2, 3/4 and all, 3/4 was best for f32 and as good as all for bf16).
-  constexpr int64_t kAheadLines = kBatchCols * (kBf16 ? 2 : 4) * 3 / 4 / 64;
-  ColumnAmax<kBf16>* col_amax[kLanes];
-  if (strip.col0 == 0 && strip.col1 == src.cols && src.cols % kBlock == 0) {
-    const int64_t begin = strip.row0 * src.cols;
-    const int64_t end = begin + strip.num_rows * src.cols;
-    int64_t at = begin;
-    int64_t col = 0;  // at's column
-    for (; at + kBatchCols <= end; at += kBatchCols) {
-      ahead.Issue<kAheadLines>();
-      for (size_t j = 0; j < kLanes; ++j) {
-        col_amax[j] = ws.amax + col;
-        col += kBlock;
-        if (col == src.cols) col = 0;
-      }
-      DualBatch<kBf16, kFormat, kSaturate>(src, at, col_amax, row_out.data + at,
-                                           row_out.scales + at / kBlock);
-    }
-    for (; at < end; at += kBlock) {
-      DualBlock<kBf16, kFormat>(src, at, ws.amax + col, row_out.data + at,
-                                row_out.scales + at / kBlock);
+  const int64_t begin = strip.row0 * src.cols;
+  const int64_t end = begin + strip.num_rows * src.cols;
+  DualAmax<kBf16>* col_amax[kLanes];
+  int64_t at = begin;
+  int64_t col = 0;  // at's column
+  for (; at + kBatchCols <= end; at += kBatchCols) {
+    ahead.Issue<kDualAheadLines<kBf16>>();
+    for (size_t j = 0; j < kLanes; ++j) {
+      col_amax[j] = ws.amax + col;
       col += kBlock;
       if (col == src.cols) col = 0;
     }
-    FinishColumnStrip<kBf16, kFormat, kSaturate>(src, strip, col_out, ws, ahead);
-    return;
+    DualBatch<kBf16, kFormat, kSaturate, kStream>(src, at, col_amax, ws.CopyAt(0, at - begin),
+                                                  row_out.data + at, row_out.scales + at / kBlock);
   }
+  for (; at < end; at += kBlock) {
+    DualBlock<kBf16, kFormat>(src, at, ws.amax + col, ws.CopyAt(0, at - begin), row_out.data + at,
+                              row_out.scales + at / kBlock);
+    col += kBlock;
+    if (col == src.cols) col = 0;
+  }
+}
+
+// The row pass of any other strip (a column piece, or rows with a partial last block), row
+// by row.
+template <bool kBf16, ElementFormat kFormat, bool kSaturate>
+void DualRowsOfPiece(const QuantSource& src, const ColStrip& strip, RowwiseOut row_out,
+                     const DualWorkspace<kBf16>& ws, NextStripPrefetch& ahead) {
+  constexpr size_t kLanes = hn::MaxLanes(DI());
+  constexpr int64_t kBatchCols = static_cast<int64_t>(kLanes) * kBlock;
+  const int64_t blocks_per_row = (src.cols + kBlock - 1) / kBlock;
+  DualAmax<kBf16>* col_amax[kLanes];
   for (int64_t r = strip.row0; r < strip.row0 + strip.num_rows; ++r) {
     const int64_t base = r * src.cols;
+    const int64_t i = r - strip.row0;
     uint8_t* row_scales = row_out.scales + r * blocks_per_row;
     int64_t c = strip.col0;
     for (; c + kBatchCols <= strip.col1; c += kBatchCols) {
-      ahead.Issue<kAheadLines>();
+      ahead.Issue<kDualAheadLines<kBf16>>();
       for (size_t j = 0; j < kLanes; ++j) {
         col_amax[j] = ws.amax + (c - strip.col0) + static_cast<int64_t>(j) * kBlock;
       }
-      DualBatch<kBf16, kFormat, kSaturate>(src, base + c, col_amax, row_out.data + base + c,
-                                           row_scales + c / kBlock);
+      DualBatch<kBf16, kFormat, kSaturate>(src, base + c, col_amax, ws.CopyAt(i, c - strip.col0),
+                                           row_out.data + base + c, row_scales + c / kBlock);
     }
     for (; c + kBlock <= strip.col1; c += kBlock) {
-      DualBlock<kBf16, kFormat>(src, base + c, ws.amax + (c - strip.col0), row_out.data + base + c,
+      DualBlock<kBf16, kFormat>(src, base + c, ws.amax + (c - strip.col0),
+                                ws.CopyAt(i, c - strip.col0), row_out.data + base + c,
                                 row_scales + c / kBlock);
     }
     if (c < strip.col1) {  // the row's partial last block (col1 == cols here)
-      AccumulateStripAmax<kBf16>(src, r, c, strip.col1, ws.amax + (c - strip.col0));
+      AccumulateStripAmax<kBf16, kDualCopy<kBf16>>(
+          src, r, c, strip.col1, ws.amax + (c - strip.col0), ws.CopyAt(i, c - strip.col0));
       PartialBlock<kBf16, kFormat>(src, base + c, strip.col1 - c, row_out.data + base + c,
                                    row_scales + c / kBlock);
     }
   }
-  FinishColumnStrip<kBf16, kFormat, kSaturate>(src, strip, col_out, ws, ahead);
+}
+
+// Both axes from one read of the strip: each row's blocks are quantized rowwise while the
+// column amax accumulates (kLanes blocks at a time, sharing one transposing reduction of
+// their amax); the columnwise pass then re-reads the strip from cache (an fp32 strip: its
+// 16-bit copy, kDualCopy).
+template <bool kBf16, ElementFormat kFormat, bool kSaturate>
+void DualT(const QuantSource& src, const ColStrip& strip, RowwiseOut row_out, ColwiseOut col_out,
+           void* workspace) {
+  const DualWorkspace<kBf16> ws(workspace, strip.col1 - strip.col0);
+  NextStripPrefetch ahead(src, strip);
+  if (strip.col0 == 0 && strip.col1 == src.cols && src.cols % kBlock == 0) {
+    // A strip of whole rows that are whole blocks: one long row of blocks. Where the
+    // columnwise codes are streamed, the rowwise ones are too (docs/decisions.md).
+    const int64_t begin = strip.row0 * src.cols;
+    if (col_out.stream && reinterpret_cast<uintptr_t>(row_out.data + begin) % 64 == 0) {
+      DualRows<kBf16, kFormat, kSaturate, true>(src, strip, row_out, ws, ahead);
+      hwy::FlushStream();
+    } else {
+      DualRows<kBf16, kFormat, kSaturate, false>(src, strip, row_out, ws, ahead);
+    }
+  } else {
+    DualRowsOfPiece<kBf16, kFormat, kSaturate>(src, strip, row_out, ws, ahead);
+  }
+  FinishColumnStrip<kBf16, kFormat, kSaturate, kDualCopy<kBf16>>(src, strip, col_out, ws, ahead);
 }
 
 }  // namespace HWY_NAMESPACE

@@ -325,7 +325,8 @@ HWY_NOINLINE void EncodeSlowLanes(const void* base, int64_t index, uint64_t lane
 // halves of sub2[j] and slow2[j] (a 32-bit broadcast from memory is a load alone; a 16-bit
 // one also takes a shuffle). The lanes the fp32 encoder must redo are taken out of `fast`
 // (SlowLanesOfBlock16 finds them afterwards, outside the hot loop).
-template <bool kBf16, ElementFormat kFormat, size_t kBlocks, bool kSaturate = true>
+template <bool kBf16, ElementFormat kFormat, size_t kBlocks, bool kSaturate = true,
+          bool kStream = false>
 HWY_INLINE void EncodeBlocks16(const void* base, int64_t index, const uint32_t* sub2,
                                const uint32_t* slow2, uint8_t* out, Fast16& fast) {
   const D16 d;
@@ -338,7 +339,9 @@ HWY_INLINE void EncodeBlocks16(const void* base, int64_t index, const uint32_t* 
         Load16<kBf16>(base, index + static_cast<int64_t>(i * n)),
         hn::BitCast(d, hn::Set(DU(), sub2[j])), hn::BitCast(d, hn::Set(DU(), slow2[j])), fast);
   }
-  for (size_t i = 0; i + 1 < kVecs; i += 2) StoreCodes16x2(codes[i], codes[i + 1], out + i * n);
+  for (size_t i = 0; i + 1 < kVecs; i += 2) {
+    StoreCodes16x2<kStream>(codes[i], codes[i + 1], out + i * n);
+  }
   if constexpr (kVecs % 2 == 1) StoreCodes16(codes[kVecs - 1], out + (kVecs - 1) * n);
 }
 
@@ -385,10 +388,13 @@ HWY_INLINE VI PairMaxBits(V16 abs16) {
 
 // kLanes consecutive full blocks at `index` in 16-bit lanes, given their scale bytes b (one
 // per 32-bit lane): the bytes stored to `scales`, then the encode (NaN blocks and redos
-// included). kSaturate as for Encode16.
-template <bool kBf16, ElementFormat kFormat, bool kSaturate>
+// included). kSaturate as for Encode16; kStream: non-temporal code stores, `out` aligned as
+// StoreCodes16x2 needs. kCopy: the blocks' 16-bit patterns are read from `copy` (an fp32
+// source's, narrowed already) rather than from the source; the redos read the source.
+template <bool kBf16, ElementFormat kFormat, bool kSaturate, bool kStream = false,
+          bool kCopy = false>
 HWY_INLINE void EncodeBatch16(const QuantSource& src, int64_t index, VI b, uint8_t* out,
-                              uint8_t* scales) {
+                              uint8_t* scales, const uint16_t* copy = nullptr) {
   constexpr size_t kLanes = hn::MaxLanes(DI());
   StoreLowBytes(hn::BitCast(DU(), b), scales);
   if (HWY_UNLIKELY(!hn::AllFalse(DI(), hn::Eq(b, hn::Set(DI(), kE8M0NaN))))) {
@@ -413,9 +419,14 @@ HWY_INLINE void EncodeBatch16(const QuantSource& src, int64_t index, VI b, uint8
   Fast16 fast = AllFast16();
   constexpr size_t kStep = kLanes % 2 == 0 ? 2 : 1;  // pairs share one pack (StoreCodes16x2)
   for (size_t j = 0; j < kLanes; j += kStep) {
-    EncodeBlocks16<kBf16, kFormat, kStep, kSaturate>(x, index + static_cast<int64_t>(j) * kBlock,
-                                                     sub + j, slow_below + j, out + j * kBlock,
-                                                     fast);
+    const int64_t at = static_cast<int64_t>(j) * kBlock;
+    if constexpr (kCopy) {
+      EncodeBlocks16<true, kFormat, kStep, kSaturate, kStream>(copy, at, sub + j, slow_below + j,
+                                                               out + at, fast);
+    } else {
+      EncodeBlocks16<kBf16, kFormat, kStep, kSaturate, kStream>(x, index + at, sub + j,
+                                                                slow_below + j, out + at, fast);
+    }
   }
   if (HWY_UNLIKELY(AnySlow16(fast))) {
     for (size_t j = 0; j < kLanes; ++j) {

@@ -50,13 +50,16 @@ struct ColwiseOut {
 };
 
 // A columnwise or dual kernel's scratch memory for one strip (per-column amax, factors and
-// 16-bit encoder offsets): at least kWorkspaceBytesPerColumn bytes per column of the strip
-// (col1 - col0), 4-aligned. The drivers give each thread one for all its strips.
+// 16-bit encoder offsets; for the dual kernel on an fp32 source also the strip's elements
+// narrowed to 16 bits, 32 rows of them): at least WorkspaceBytesPerColumn bytes per column
+// of the strip (col1 - col0), 4-aligned. The drivers give each thread one for all its strips.
 struct Workspace {
   void* data;
   int64_t bytes;
 };
-inline constexpr int64_t kWorkspaceBytesPerColumn = 16;
+inline constexpr int64_t WorkspaceBytesPerColumn(bool dual, bool bf16) {
+  return dual && !bf16 ? 16 + 2 * kMxBlock : 16;
+}
 
 struct QuantKernels {
   const char* target;
@@ -96,11 +99,14 @@ inline void DCheckColwise(const QuantSource& src, const ColStrip& strip, const C
   MXTRAIN_DCHECK(0 <= strip.col0 && strip.col0 <= strip.col1 && strip.col1 <= src.cols);
   MXTRAIN_DCHECK(out.data != nullptr && out.scales != nullptr);
   MXTRAIN_DCHECK(workspace.data != nullptr && reinterpret_cast<uintptr_t>(workspace.data) % 4 == 0);
-  MXTRAIN_DCHECK(workspace.bytes >= kWorkspaceBytesPerColumn * (strip.col1 - strip.col0));
+  MXTRAIN_DCHECK(workspace.bytes >=
+                 WorkspaceBytesPerColumn(false, src.bf16) * (strip.col1 - strip.col0));
 }
 inline void DCheckDual(const QuantSource& src, const ColStrip& strip, const RowwiseOut& row_out,
                        const ColwiseOut& col_out, const Workspace& workspace) {
   DCheckColwise(src, strip, col_out, workspace);
+  MXTRAIN_DCHECK(workspace.bytes >=
+                 WorkspaceBytesPerColumn(true, src.bf16) * (strip.col1 - strip.col0));
   MXTRAIN_DCHECK(row_out.data != nullptr && row_out.scales != nullptr);
   MXTRAIN_DCHECK(strip.col0 % kMxBlock == 0);
   MXTRAIN_DCHECK(strip.col1 % kMxBlock == 0 || strip.col1 == src.cols);

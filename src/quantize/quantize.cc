@@ -111,14 +111,15 @@ GroupList BatchSegments(const Shape& shape) {
 }
 
 template <typename Fn>
-void ForEachStrip(const std::vector<ColStrip>& strips, int threads, Fn&& fn) {
+void ForEachStrip(const std::vector<ColStrip>& strips, int64_t bytes_per_column, int threads,
+                  Fn&& fn) {
   const int64_t n = static_cast<int64_t>(strips.size());
   if (n == 0) return;
   int64_t width = 0;
   for (const ColStrip& s : strips) width = std::max(width, s.col1 - s.col0);
   const int used = static_cast<int>(std::min<int64_t>(threads, n));
   // Per thread: one strip's per-column workspace (kernels.h).
-  const int64_t slot_bytes = internal::kWorkspaceBytesPerColumn * std::max<int64_t>(width, 1);
+  const int64_t slot_bytes = bytes_per_column * std::max<int64_t>(width, 1);
   Tensor workspace = Tensor::Empty(DType::kU8, {used, slot_bytes}, MemoryCategory::kWorkspace);
 #pragma omp parallel num_threads(used)
   {
@@ -156,7 +157,8 @@ MxTensor MakeColumnwise(const Tensor& x, const QuantizeOptions& options, const G
   const int threads = ThreadCount(options);
   const ColwiseOut out{col.data.mutable_data<uint8_t>(), col.scales.mutable_data<uint8_t>(),
                        StreamsColumnwiseCodes(x, options)};
-  ForEachStrip(MakeStrips(segments, src.cols, src.bf16 ? 2 : 4, threads, MaxStripBytes()), threads,
+  ForEachStrip(MakeStrips(segments, src.cols, src.bf16 ? 2 : 4, threads, MaxStripBytes()),
+               internal::WorkspaceBytesPerColumn(/*dual=*/false, src.bf16), threads,
                [&](const ColStrip& s, internal::Workspace ws) { k.colwise(src, s, out, ws); });
   return std::move(col).Finish(BlockAxis::kColumnwise, options, std::move(groups));
 }
@@ -174,7 +176,8 @@ DualMx MakeDual(const Tensor& x, const QuantizeOptions& options, const GroupList
   const ColwiseOut col_out{col.data.mutable_data<uint8_t>(), col.scales.mutable_data<uint8_t>(),
                            StreamsColumnwiseCodes(x, options)};
   ForEachStrip(
-      MakeStrips(segments, src.cols, src.bf16 ? 2 : 4, threads, /*max_strip_bytes=*/0), threads,
+      MakeStrips(segments, src.cols, src.bf16 ? 2 : 4, threads, /*max_strip_bytes=*/0),
+      internal::WorkspaceBytesPerColumn(/*dual=*/true, src.bf16), threads,
       [&](const ColStrip& s, internal::Workspace ws) { k.dual(src, s, row_out, col_out, ws); });
   return DualMx{std::move(row).Finish(BlockAxis::kRowwise, options),
                 std::move(col).Finish(BlockAxis::kColumnwise, options, std::move(groups))};

@@ -24,6 +24,13 @@ ScaleTable Build(ScaleRule rule, ElementFormat format) {
       keep = below;
     }
     t.entry[e] = (uint32_t{lo} << 23) | keep;
+    // With keep = T << 16 | L, a mantissa m exceeds keep exactly when (m >> 16 | sticky)
+    // exceeds T if L == 0 and T is even (m >> 16 == T with a sticky bit goes up, as it
+    // must) or if L == 0xFFFF and T is odd (m >> 16 == T stays).
+    const uint32_t low = keep & 0xFFFFu, top = keep >> 16;
+    if ((low == 0 && top % 2 == 0) || (low == 0xFFFFu && top % 2 == 1)) {
+      t.narrow_exact[e / 32] |= 1u << (e % 32);
+    }
     // The shape the lookup assumes, at the points where a rule could break it.
     for (uint32_t m : {0u, 1u, keep, keep + 1, 0x400000u, 0x7FFFFEu, 0x7FFFFFu}) {
       if (m > 0x7FFFFFu) continue;
@@ -43,6 +50,11 @@ ScaleTable Build(ScaleRule rule, ElementFormat format) {
   t.affine_lo = best_lo;
   t.affine_hi = best_lo + best_len - 1;
   t.affine_delta = t.entry[best_lo] - (best_lo << 23);
+  // The kernels' fast path takes narrowed amax in the affine range as they are.
+  for (uint32_t e = t.affine_lo; e <= t.affine_hi; ++e) {
+    MXTRAIN_CHECK(NarrowExact(t, e), "scale table: rule ", Name(rule), " binade ", e,
+                  " cannot take an amax narrowed to 16 bits");
+  }
   return t;
 }
 

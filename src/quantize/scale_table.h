@@ -6,6 +6,14 @@
 // 2^23 - 1) to at most two consecutive bytes, monotonically: entry[E] holds the lower byte
 // in bits 23..30 and, in bits 0..22, the largest mantissa that still gets it (0x7FFFFF when
 // the whole binade does). Zero, NaN and Inf are entries too (E = 0 gives 0, E = 255 0xFF).
+//
+// The fp32 kernels narrow their input to 16 bits with round-to-odd (the low 16 bits OR-ed
+// into bit 16; the exponent never changes) and take the amax of the narrowed values. In a
+// binade whose threshold's low 16 bits are all zero with bit 16 clear, or all one with bit
+// 16 set, a narrowed amax compares as the full one does and keeps its byte: `narrow_exact`
+// marks those binades. Every binade of the affine range is one (Build() checks it); the
+// others (rceil's tiny amax, where the quotient amax / max_elem is subnormal) take the
+// exact fp32 amax again.
 #pragma once
 
 #include <cstdint>
@@ -24,7 +32,13 @@ struct ScaleTable {
   uint32_t affine_lo;
   uint32_t affine_hi;
   uint32_t affine_delta;
+  // Bit E: an amax of exponent field E narrowed to odd gets the byte of the full amax.
+  uint32_t narrow_exact[8];
 };
+
+inline bool NarrowExact(const ScaleTable& t, uint32_t exponent_field) {
+  return (t.narrow_exact[exponent_field / 32] >> (exponent_field % 32)) & 1u;
+}
 
 // The table of one rule and element format, built on first use from BlockScale; throws
 // Error if the rule ever stops having the two-byte, monotone shape above.
