@@ -334,8 +334,9 @@ void FinishColumnStrip(const QuantSource& src, const ColStrip& strip, ColwiseOut
       const auto a16 = hn::LoadU(d16, reinterpret_cast<const uint16_t*>(ws.amax) + c);
       amax = hn::BitCast(di, hn::ShiftLeft<16>(hn::PromoteTo(DU(), a16)));
       if constexpr (kCopy) {
-        // Outside the affine range (this step's callers): narrowed amax in binades the
-        // table does not take as they are get the column's fp32 amax.
+        // Off the 16-bit fast path (lanes outside the affine range, or the last columns):
+        // narrowed amax in binades the table does not take as they are get the column's
+        // fp32 amax.
         alignas(64) uint32_t bits[hn::MaxLanes(DI())];
         hn::Store(hn::BitCast(DU(), amax), DU(), bits);
         for (int64_t i = 0; i < n; ++i) {
@@ -441,8 +442,8 @@ void ColwiseT(const QuantSource& src, const ColStrip& strip, ColwiseOut out, voi
     // lanes for bf16, fp32 bits for fp32), one store each, instead of a load and a store of
     // the running amax per row and vector (f32 colwise 256 x 1024, one thread: see
     // docs/decisions.md). Pass 2 narrows an fp32 strip itself: a 16-bit copy written here,
-    // as the dual kernel's row pass does, took fp32 colwise 4096 x 4096, 2 threads, Zen 4,
-    // from 2.37 to 2.69 ms (medians of 8).
+    // as the dual kernel's row pass does, was slower (decisions.md "fp32 dual from a 16-bit
+    // copy").
     using DA = std::conditional_t<kBf16, D16, DI>;
     constexpr int64_t kChunk = 8;
     const DA da;

@@ -101,12 +101,8 @@ HWY_INLINE void DualBatch(const QuantSource& src, int64_t index, DualAmax<kBf16>
   VI amax = DualAmaxBits<kBf16>(TransposeMax<kLanes, kDualRaw16<kBf16>>(block_amax));
   if constexpr (kDualCopy<kBf16>) {
     // Narrowed amax outside the affine range may need the fp32 amax (ScaleAmax).
-    const DU du;
-    const VU exponent = hn::ShiftRight<23>(hn::BitCast(du, amax));
-    const auto outside =
-        hn::Gt(hn::Sub(exponent, hn::Set(du, src.scale_table->affine_lo)),
-               hn::Set(du, src.scale_table->affine_hi - src.scale_table->affine_lo));
-    if (HWY_UNLIKELY(!hn::AllFalse(du, outside))) {
+    if (HWY_UNLIKELY(AnyOutsideAffine(src.scale_table, amax))) {
+      const DU du;
       alignas(64) uint32_t bits[kLanes];
       hn::Store(hn::BitCast(du, amax), du, bits);
       for (size_t j = 0; j < kLanes; ++j) {

@@ -119,19 +119,24 @@ HWY_INLINE float BlockMultiplier(uint8_t scale) {
 // table's affine range (all but zero, subnormal and clamped amax) the entry is the exponent
 // field plus a constant; otherwise the 16-lane gather, ~20 cycles on Zen 4 (measured there:
 // 11% of bf16 columnwise time with the gather always taken).
+// Whether any lane of amax (fp32 bits) lies outside the table's affine binades.
+HWY_INLINE bool AnyOutsideAffine(const ScaleTable* table, VI amax) {
+  const DU du;
+  const VU exponent = hn::ShiftRight<23>(hn::BitCast(du, amax));
+  return !hn::AllFalse(du, hn::Gt(hn::Sub(exponent, hn::Set(du, table->affine_lo)),
+                                  hn::Set(du, table->affine_hi - table->affine_lo)));
+}
+
 HWY_INLINE VI ScalesV(const ScaleTable* table, VI amax) {
   const DI di;
   const DU du;
-  const VU exponent = hn::ShiftRight<23>(hn::BitCast(du, amax));
-  const auto outside = hn::Gt(hn::Sub(exponent, hn::Set(du, table->affine_lo)),
-                              hn::Set(du, table->affine_hi - table->affine_lo));
   VI entry;
-  if (HWY_LIKELY(hn::AllFalse(du, outside))) {
+  if (HWY_LIKELY(!AnyOutsideAffine(table, amax))) {
     entry = hn::BitCast(di, hn::Add(hn::And(hn::BitCast(du, amax), hn::Set(du, 0x7F800000u)),
                                     hn::Set(du, table->affine_delta)));
   } else {
     entry = hn::GatherIndex(di, reinterpret_cast<const int32_t*>(table->entry),
-                            hn::BitCast(di, exponent));
+                            hn::BitCast(di, hn::ShiftRight<23>(hn::BitCast(du, amax))));
   }
   const VI mant = hn::Set(di, 0x7FFFFF);
   const VI above = hn::VecFromMask(di, hn::Gt(hn::And(amax, mant), hn::And(entry, mant)));
