@@ -171,21 +171,22 @@ void DualRows(const QuantSource& src, const ColStrip& strip, RowwiseOut row_out,
   DualAmax<kBf16>* col_amax[kLanes];
   int64_t at = begin;
   int64_t col = 0;  // at's column
+  // The column amax of the block at `at`, then `col` moved on to the next block's column.
+  const auto next_amax = [&] {
+    DualAmax<kBf16>* amax = ws.amax + col;
+    col += kBlock;
+    if (col == src.cols) col = 0;
+    return amax;
+  };
   for (; at + kBatchCols <= end; at += kBatchCols) {
     ahead.Issue<kDualAheadLines<kBf16>>();
-    for (size_t j = 0; j < kLanes; ++j) {
-      col_amax[j] = ws.amax + col;
-      col += kBlock;
-      if (col == src.cols) col = 0;
-    }
+    for (size_t j = 0; j < kLanes; ++j) col_amax[j] = next_amax();
     DualBatch<kBf16, kFormat, kSaturate, kStream>(src, at, col_amax, ws.CopyAt(0, at - begin),
                                                   row_out.data + at, row_out.scales + at / kBlock);
   }
   for (; at < end; at += kBlock) {
-    DualBlock<kBf16, kFormat>(src, at, ws.amax + col, ws.CopyAt(0, at - begin), row_out.data + at,
+    DualBlock<kBf16, kFormat>(src, at, next_amax(), ws.CopyAt(0, at - begin), row_out.data + at,
                               row_out.scales + at / kBlock);
-    col += kBlock;
-    if (col == src.cols) col = 0;
   }
 }
 
