@@ -19,7 +19,7 @@ namespace hn = hwy::HWY_NAMESPACE;
 #if HWY_TARGET != HWY_SCALAR
 // v rounded to bf16: the bf16 bits in the low half of each lane (the high half zero).
 template <class DF>
-HWY_INLINE hn::Vec<hn::RebindToUnsigned<DF>> Bf16Bits(DF df, hn::Vec<DF> v) {
+HWY_INLINE hn::Vec<hn::RebindToUnsigned<DF>> Bf16Bits(DF /*df: the lanes' type*/, hn::Vec<DF> v) {
   const hn::RebindToSigned<DF> di;
   const hn::RebindToUnsigned<DF> du;
   const auto bits = hn::BitCast(di, v);
@@ -29,7 +29,6 @@ HWY_INLINE hn::Vec<hn::RebindToUnsigned<DF>> Bf16Bits(DF df, hn::Vec<DF> v) {
       di, hn::ShiftRight<16>(hn::BitCast(
               du, hn::Add(bits, hn::Add(hn::Set(di, 0x7FFF), hn::And(high, hn::Set(di, 1)))))));
   const auto nan = hn::Gt(hn::And(bits, hn::Set(di, 0x7FFFFFFF)), hn::Set(di, 0x7F800000));
-  (void)df;
   return hn::BitCast(du, hn::IfThenElse(nan, hn::Or(high, hn::Set(di, 0x0040)), rounded));
 }
 
