@@ -219,9 +219,12 @@ TEST(FastPaths, LargeOddShapeAndThreads) {
     ExpectSame(QuantizeColumnwise(x, ot), QuantizeColumnwise(x, o), StrCat("threads ", threads));
     ExpectSame(QuantizeDual(x, ot).rowwise, QuantizeRowwise(x, o), StrCat("threads ", threads));
   }
-  // Few rows, many columns: the strips split by column.
+  // Fewer strips than threads: the strips split by column (2 strips, 3 threads: 2 pieces
+  // each), and one strip for 2 threads.
   const Tensor wide = MakeF32({40, 4100}, EdgeMix(40 * 4100, 78));
-  CheckAllPaths(wide, {ElementFormat::kE5M2, ScaleRule::kEven, 2});
+  CheckAllPaths(wide, {ElementFormat::kE5M2, ScaleRule::kEven, 3});
+  CheckAllPaths(MakeBf16({20, 4100}, EdgeMix(20 * 4100, 79)),
+                {ElementFormat::kE4M3, ScaleRule::kRceil, 2});
 }
 
 // Data like a training tensor's, where most blocks are finite and take the 16-bit
