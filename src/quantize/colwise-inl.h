@@ -272,6 +272,22 @@ HWY_INLINE uint32_t ScaleAmax(const ScaleTable& table, uint32_t amax_bits, const
   return ExactAmax<kBf16>(x, index, n, step);
 }
 
+// ScaleAmax on every lane of amax (fp32 bits), lane i's elements starting at index + i *
+// lane_step: for the scale paths off the affine range, where a lane may need its fp32 amax.
+template <bool kBf16, bool kCopy>
+HWY_INLINE VI ScaleAmaxV(const ScaleTable& table, VI amax, const void* x, int64_t index,
+                         int64_t lane_step, int64_t n, int64_t step) {
+  if constexpr (!kCopy) return amax;
+  const DU du;
+  alignas(64) uint32_t bits[hn::MaxLanes(DU())];
+  hn::Store(hn::BitCast(du, amax), du, bits);
+  for (size_t i = 0; i < hn::Lanes(du); ++i) {
+    bits[i] = ScaleAmax<kBf16, kCopy>(table, bits[i], x,
+                                      index + static_cast<int64_t>(i) * lane_step, n, step);
+  }
+  return hn::BitCast(DI(), hn::Load(du, bits));
+}
+
 // A strip's per-column workspace (kernels.h: WorkspaceBytesPerColumn): amax, fp32 factors,
 // the 16-bit encoder's subtrahends and thresholds and, where kCopy, the strip's 16-bit
 // copy (num_rows rows of width patterns).
@@ -333,19 +349,12 @@ void FinishColumnStrip(const QuantSource& src, const ColStrip& strip, ColwiseOut
     if constexpr (sizeof(ws.amax[0]) == 2) {
       const auto a16 = hn::LoadU(d16, reinterpret_cast<const uint16_t*>(ws.amax) + c);
       amax = hn::BitCast(di, hn::ShiftLeft<16>(hn::PromoteTo(DU(), a16)));
-      if constexpr (kCopy) {
-        // Off the 16-bit fast path (lanes outside the affine range, or the last columns):
-        // narrowed amax in binades the table does not take as they are get the column's
-        // fp32 amax.
-        alignas(64) uint32_t bits[hn::MaxLanes(DI())];
-        hn::Store(hn::BitCast(DU(), amax), DU(), bits);
-        for (int64_t i = 0; i < n; ++i) {
-          bits[i] = ScaleAmax<kBf16, kCopy>(*src.scale_table, bits[i], src.x,
-                                            strip.row0 * src.cols + strip.col0 + c + i,
-                                            strip.num_rows, src.cols);
-        }
-        amax = hn::BitCast(di, hn::Load(DU(), bits));
-      }
+      // Off the 16-bit fast path (lanes outside the affine range, or the last columns):
+      // narrowed amax in binades the table does not take as they are get the column's fp32
+      // amax.
+      amax = ScaleAmaxV<kBf16, kCopy>(*src.scale_table, amax, src.x,
+                                      strip.row0 * src.cols + strip.col0 + c, 1, strip.num_rows,
+                                      src.cols);
     } else {
       amax = hn::LoadU(di, reinterpret_cast<const int32_t*>(ws.amax) + c);
     }

@@ -102,23 +102,13 @@ HWY_INLINE void DualBatch(const QuantSource& src, int64_t index, DualAmax<kBf16>
   if constexpr (kDualCopy<kBf16>) {
     // Narrowed amax outside the affine range may need the fp32 amax (ScaleAmax).
     if (HWY_UNLIKELY(AnyOutsideAffine(src.scale_table, amax))) {
-      const DU du;
-      alignas(64) uint32_t bits[kLanes];
-      hn::Store(hn::BitCast(du, amax), du, bits);
-      for (size_t j = 0; j < kLanes; ++j) {
-        bits[j] = ScaleAmax<kBf16, kDualCopy<kBf16>>(
-            *src.scale_table, bits[j], src.x, index + static_cast<int64_t>(j) * kBlock, kBlock, 1);
-      }
-      amax = hn::BitCast(DI(), hn::Load(du, bits));
+      amax = ScaleAmaxV<kBf16, true>(*src.scale_table, amax, src.x, index, kBlock, kBlock, 1);
     }
   }
   const VI b = ScalesV(src.scale_table, amax);
 #if HWY_TARGET != HWY_SCALAR
-  if constexpr (kDualCopy<kBf16>) {
-    EncodeBatch16<kBf16, kFormat, kSaturate, kStream, true>(src, index, b, out, scales, copy);
-  } else {
-    EncodeBatch16<kBf16, kFormat, kSaturate, kStream>(src, index, b, out, scales);
-  }
+  EncodeBatch16<kBf16, kFormat, kSaturate, kStream, kDualCopy<kBf16>>(src, index, b, out, scales,
+                                                                      copy);
 #else
   hn::StoreU(hn::TruncateTo(hn::Rebind<uint8_t, DI>(), hn::BitCast(DU(), b)),
              hn::Rebind<uint8_t, DI>(), scales);

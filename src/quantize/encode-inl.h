@@ -114,11 +114,6 @@ HWY_INLINE float BlockMultiplier(uint8_t scale) {
   return scale == kE8M0NaN ? std::numeric_limits<float>::quiet_NaN() : E8M0InverseScale(scale);
 }
 
-// The scale bytes (one per lane) of amax given as fp32 bits: the vector form of
-// ScaleFromTable (scale_table.h) on the rule's table. While every lane's binade lies in the
-// table's affine range (all but zero, subnormal and clamped amax) the entry is the exponent
-// field plus a constant; otherwise the 16-lane gather, ~20 cycles on Zen 4 (measured there:
-// 11% of bf16 columnwise time with the gather always taken).
 // Whether any lane of amax (fp32 bits) lies outside the table's affine binades.
 HWY_INLINE bool AnyOutsideAffine(const ScaleTable* table, VI amax) {
   const DU du;
@@ -127,6 +122,11 @@ HWY_INLINE bool AnyOutsideAffine(const ScaleTable* table, VI amax) {
                                   hn::Set(du, table->affine_hi - table->affine_lo)));
 }
 
+// The scale bytes (one per lane) of amax given as fp32 bits: the vector form of
+// ScaleFromTable (scale_table.h) on the rule's table. While every lane's binade lies in the
+// table's affine range (all but zero, subnormal and clamped amax) the entry is the exponent
+// field plus a constant; otherwise the 16-lane gather, ~20 cycles on Zen 4 (measured there:
+// 11% of bf16 columnwise time with the gather always taken).
 HWY_INLINE VI ScalesV(const ScaleTable* table, VI amax) {
   const DI di;
   const DU du;

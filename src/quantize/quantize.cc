@@ -58,17 +58,12 @@ int ThreadCount(const QuantizeOptions& options) {
 
 // Columnwise blocks of a [rows, cols] source split into segments (groups, or the leading
 // batch index of [..., M, K]): one strip per 32 rows of a segment, then split by columns
-// when there are fewer strips than threads, into as many pieces as give each thread one.
-// Only then: a piece narrower than the rows costs the dual kernel its batches across rows
-// (row by row, and block by block below a batch's width) and every kernel its per-strip
-// work again. Splitting down to 4 strips per thread, as before, was slower nearly
-// everywhere (Zen 4, 2 threads, bf16: dual 64 x 1024 0.0198 -> 0.0098 ms, 96 x 256 0.0089
-// -> 0.0061; columnwise 64 x 1024 0.0080 -> 0.0060), slightly faster only at 32 x 1024
-// columnwise (0.0040 against 0.0044) and, with 3 strips, 96 x 4096 columnwise f32. With
-// max_strip_bytes > 0,
-// strips of more input bytes than that are first cut into column pieces, each piece's
-// strips in row order (the order NextStripPrefetch assumes), so that a strip and the next
-// one it prefetches fit in L2 together.
+// when there are fewer strips than threads, into as many pieces as give each thread one
+// (only then: a piece narrower than the rows costs the dual kernel its batches across rows
+// and every kernel its per-strip work again; docs/decisions.md, "Threads"). With
+// max_strip_bytes > 0, strips of more input bytes than that are first cut into column
+// pieces, each piece's strips in row order (the order NextStripPrefetch assumes), so that a
+// strip and the next one it prefetches fit in L2 together.
 std::vector<ColStrip> MakeStrips(const GroupList& segments, int64_t cols, int64_t elem_bytes,
                                  int threads, int64_t max_strip_bytes) {
   // Column pieces: one of all the columns, or as few as keep each within max_strip_bytes.

@@ -7,8 +7,8 @@
 // in bits 23..30 and, in bits 0..22, the largest mantissa that still gets it (0x7FFFFF when
 // the whole binade does). Zero, NaN and Inf are entries too (E = 0 gives 0, E = 255 0xFF).
 //
-// The fp32 kernels narrow their input to 16 bits with round-to-odd (the low 16 bits OR-ed
-// into bit 16; the exponent never changes) and take the amax of the narrowed values. In a
+// The dual kernel narrows an fp32 strip to 16 bits with round-to-odd (the low 16 bits OR-ed
+// into bit 16; the exponent never changes) and takes the amax of the narrowed values. In a
 // binade whose threshold's low 16 bits are all zero with bit 16 clear, or all one with bit
 // 16 set, a narrowed amax compares as the full one does and keeps its byte: `narrow_exact`
 // marks those binades. Every binade of the affine range is one (Build() checks it); the
