@@ -26,6 +26,18 @@ namespace mxtrain::internal {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
+// The rowwise half of the dual kernel's fused pass 2 (dual-inl.h): the strip is whole rows
+// of whole blocks, and for block k of the strip (row-major from its first row) sub2[k] and
+// slow2[k] hold Enc16::Sub and ::SlowBelow of its scale byte scales[k], each in both halves
+// of a 32-bit word (StoreOffsets2; a NaN block's are never read, EncodeRowsFromScales). The
+// codes go to data, the rowwise output ([rows, cols], as the source).
+struct RowCodes {
+  const uint32_t* sub2;
+  const uint32_t* slow2;
+  const uint8_t* scales;
+  uint8_t* data;
+};
+
 #if HWY_TARGET != HWY_SCALAR
 // One element's 16-bit pattern: bf16 as it is, fp32 narrowed to odd (NarrowToOdd's scalar
 // form: the low 16 bits OR-ed into bit 16).
@@ -100,10 +112,14 @@ HWY_INLINE void EncodeTail16(const void* x, int64_t index, const void* in, int64
 // Columnwise pass 2 in 16-bit lanes (no NaN column in the strip): the strip's input `in`
 // (StripIn; kIn16: 16-bit patterns), per-column subtrahends and thresholds (Enc16), and the
 // scale bytes for the exact path, which reads the source. kSaturate as for Encode16.
-template <bool kBf16, bool kIn16, ElementFormat kFormat, bool kSaturate, bool kStream>
+// kRows: the dual kernel's rowwise encode too, from the same loads (RowCodes; the strip's
+// width is then a multiple of 32, so every vector lies within one block).
+template <bool kBf16, bool kIn16, ElementFormat kFormat, bool kSaturate, bool kStream,
+          bool kRows = false>
 void EncodeColumnStrip16(const QuantSource& src, const ColStrip& strip, ColwiseOut out,
                          const StripIn in, const uint8_t* scales, const uint16_t* sub,
-                         const uint16_t* slow_below, NextStripPrefetch& next_strip) {
+                         const uint16_t* slow_below, NextStripPrefetch& next_strip,
+                         const RowCodes* rows = nullptr) {
   // A copy whose address stays here, so that its fields live in registers (the code stores
   // are bytes, which may alias anything).
   NextStripPrefetch ahead = next_strip;
@@ -132,10 +148,20 @@ void EncodeColumnStrip16(const QuantSource& src, const ColStrip& strip, ColwiseO
     Fast16 fast = AllFast16();
     int64_t c = col0;
     if (groups_per_row == 0) ahead.Issue(per_row);
-    const auto encode = [&](int64_t at, Fast16& acc) {
-      return Encode16<kFormat, kSaturate>(Load16<kIn16>(in.first, row_in + at),
-                                          hn::LoadU(d, sub + (at - col0)),
+    const auto load = [&](int64_t at) { return Load16<kIn16>(in.first, row_in + at); };
+    const auto encode = [&](int64_t at, V16 h, Fast16& acc) {
+      return Encode16<kFormat, kSaturate>(h, hn::LoadU(d, sub + (at - col0)),
                                           hn::LoadU(d, slow_below + (at - col0)), acc);
+    };
+    // kRows: the block of column `at` in this row (an index into RowCodes' arrays).
+    const int64_t row_blocks = (r - strip.row0) * (cols / kBlock);
+    uint8_t* row_data = kRows ? rows->data + base : nullptr;
+    const auto row_offset = [&](const uint32_t* offsets2, int64_t at) {
+      return hn::BitCast(d, hn::Set(DU(), offsets2[row_blocks + at / kBlock]));
+    };
+    const auto encode_row = [&](int64_t at, V16 h, Fast16& acc) {
+      return Encode16<kFormat, kSaturate>(h, row_offset(rows->sub2, at),
+                                          row_offset(rows->slow2, at), acc);
     };
     // Vectors that the fp32 encoder must redo are looked for again only in the groups of
     // kGroup vectors that reported one (a row of 4096 bf16 columns has a slow lane in about
@@ -147,13 +173,19 @@ void EncodeColumnStrip16(const QuantSource& src, const ColStrip& strip, ColwiseO
     bool all_groups = false;  // more flagged groups than `flagged` holds
     for (; c + kGroup * n <= col1; c += kGroup * n) {
       Fast16 group_fast = AllFast16();
+      Fast16 row_fast = AllFast16();
       ahead.Issue<kGroupAhead>();
       for (int64_t i = 0; i < kGroup; i += 2) {  // pairs share one pack (StoreCodes16x2)
         const int64_t at = c + i * n;
-        const V16 first = encode(at, group_fast);
-        StoreCodes16x2<kStream>(first, encode(at + n, group_fast), data + at);
+        const V16 h0 = load(at), h1 = load(at + n);
+        const V16 first = encode(at, h0, group_fast);
+        StoreCodes16x2<kStream>(first, encode(at + n, h1, group_fast), data + at);
+        if constexpr (kRows) {
+          const V16 row_first = encode_row(at, h0, row_fast);
+          StoreCodes16x2<kStream>(row_first, encode_row(at + n, h1, row_fast), row_data + at);
+        }
       }
-      if (HWY_UNLIKELY(AnySlow16(group_fast))) {
+      if (HWY_UNLIKELY(AnySlow16(group_fast) || (kRows && AnySlow16(row_fast)))) {
         if (num_flagged < kMaxFlagged) {
           flagged[num_flagged++] = c;
         } else {
@@ -162,22 +194,38 @@ void EncodeColumnStrip16(const QuantSource& src, const ColStrip& strip, ColwiseO
       }
     }
     const int64_t groups_end = c;
+    Fast16 row_fast = AllFast16();
     for (; c + 2 * n <= col1; c += 2 * n) {
-      const V16 first = encode(c, fast);
-      StoreCodes16x2(first, encode(c + n, fast), data + c);
+      const V16 h0 = load(c), h1 = load(c + n);
+      const V16 first = encode(c, h0, fast);
+      StoreCodes16x2(first, encode(c + n, h1, fast), data + c);
+      if constexpr (kRows) {
+        const V16 row_first = encode_row(c, h0, row_fast);
+        StoreCodes16x2(row_first, encode_row(c + n, h1, row_fast), row_data + c);
+      }
     }
     for (; c + n <= col1; c += n) {
-      StoreCodes16(encode(c, fast), data + c);
+      const V16 h = load(c);
+      StoreCodes16(encode(c, h, fast), data + c);
+      if constexpr (kRows) StoreCodes16(encode_row(c, h, row_fast), row_data + c);
     }
     const int64_t vectors_end = c;
-    // Re-checks the vectors in [c0, c1) and redoes the flagged ones.
+    // Re-checks the vectors in [c0, c1) and redoes the flagged ones (kRows: the rowwise
+    // codes too).
     const auto redo = [&](int64_t c0, int64_t c1) {
       for (int64_t v = c0; v + n <= c1; v += n) {
-        const M16 slow =
-            SlowLanes16(Load16<kIn16>(in.first, row_in + v), hn::LoadU(d, slow_below + (v - col0)));
+        const V16 h = load(v);
+        const M16 slow = SlowLanes16(h, hn::LoadU(d, slow_below + (v - col0)));
         if (!hn::AllFalse(d, slow)) {
           EncodeSlowLanes<kBf16, kFormat>(x, base + v, LaneBits16(slow), scales + (v - col0), 0,
                                           data + v);
+        }
+        if constexpr (kRows) {
+          const M16 row_slow = SlowLanes16(h, row_offset(rows->slow2, v));
+          if (!hn::AllFalse(d, row_slow)) {
+            EncodeSlowLanes<kBf16, kFormat>(x, base + v, LaneBits16(row_slow), nullptr,
+                                            rows->scales[row_blocks + v / kBlock], row_data + v);
+          }
         }
       }
     };
@@ -186,13 +234,16 @@ void EncodeColumnStrip16(const QuantSource& src, const ColStrip& strip, ColwiseO
     } else {
       for (int i = 0; i < num_flagged; ++i) redo(flagged[i], flagged[i] + kGroup * n);
     }
-    if (HWY_UNLIKELY(AnySlow16(fast))) redo(groups_end, vectors_end);
+    if (HWY_UNLIKELY(AnySlow16(fast) || (kRows && AnySlow16(row_fast)))) {
+      redo(groups_end, vectors_end);
+    }
+    if (kRows) continue;  // whole vectors only
     if (c < col1 && col1 - col0 >= n) {
       // The columns past the last whole vector as the vector that ends at col1: the
       // columns it shares with the one before get the same codes again, and its redo
       // fixes the slow lanes of both (an ordinary store, after the others in program order).
       Fast16 tail_fast = AllFast16();
-      StoreCodes16(encode(col1 - n, tail_fast), data + (col1 - n));
+      StoreCodes16(encode(col1 - n, load(col1 - n), tail_fast), data + (col1 - n));
       if (HWY_UNLIKELY(AnySlow16(tail_fast))) redo(col1 - n, col1);
     } else if (c < col1) {
       const void* tail_in = static_cast<const char*>(in.first) + (row_in + c) * (kIn16 ? 2 : 4);
@@ -334,9 +385,27 @@ HWY_INLINE void AccumulateStripAmax(const QuantSource& src, int64_t row, int64_t
 
 // Columnwise scales from the accumulated amax (a vector of them at a time), then pass 2
 // over the strip (now in cache).
-template <bool kBf16, ElementFormat kFormat, bool kSaturate, bool kCopy = false>
+#if HWY_TARGET != HWY_SCALAR
+// The rowwise codes of RowCodes' strip block by block from their scale bytes, NaN blocks
+// included (the fused pass 2 leaves a strip with a NaN column to the fp32 encoder, and a
+// NaN block always comes with one: both come from a non-finite element).
+template <bool kBf16, ElementFormat kFormat>
+void EncodeRowsFromScales(const QuantSource& src, const ColStrip& strip, const RowCodes& rows) {
+  const int64_t begin = strip.row0 * src.cols;
+  const int64_t blocks = strip.num_rows * src.cols / kBlock;
+  for (int64_t k = 0; k < blocks; ++k) {
+    const int64_t index = begin + k * kBlock;
+    QuantizeBlock16<kBf16, kFormat>(src.x, index, rows.scales[k], rows.data + index);
+  }
+}
+#endif
+
+// kRows: the dual kernel's fused pass 2, which also writes the strip's rowwise codes
+// (RowCodes, EncodeColumnStrip16).
+template <bool kBf16, ElementFormat kFormat, bool kSaturate, bool kCopy = false, bool kRows = false>
 void FinishColumnStrip(const QuantSource& src, const ColStrip& strip, ColwiseOut out,
-                       const StripWorkspace<kBf16, kCopy>& ws, NextStripPrefetch& ahead) {
+                       const StripWorkspace<kBf16, kCopy>& ws, NextStripPrefetch& ahead,
+                       const RowCodes* rows = nullptr) {
   const int64_t width = strip.col1 - strip.col0;
   uint8_t* scales = out.scales + strip.scale_row * src.cols + strip.col0;
   const DI di;
@@ -410,6 +479,9 @@ void FinishColumnStrip(const QuantSource& src, const ColStrip& strip, ColwiseOut
 #endif
   }
   if (HWY_UNLIKELY(nan_column) || !k16) {
+#if HWY_TARGET != HWY_SCALAR
+    if constexpr (kRows) EncodeRowsFromScales<kBf16, kFormat>(src, strip, *rows);
+#endif
     for (int64_t i = 0; i < width; ++i) ws.mult[i] = BlockMultiplier(scales[i]);
     if (nan_column) {
       EncodeColumnStrip<kBf16, kFormat, /*kFinite=*/false>(src, strip, out, ws.mult);
@@ -422,8 +494,11 @@ void FinishColumnStrip(const QuantSource& src, const ColStrip& strip, ColwiseOut
   // The groups of the row loop start at col0 + a multiple of 2 * Lanes(D16()) bytes' worth
   // of codes, so rows whose first column is aligned to that are aligned throughout.
   const auto align = static_cast<uintptr_t>(2 * hn::Lanes(D16()));
-  const bool aligned = src.cols % static_cast<int64_t>(align) == 0 &&
-                       reinterpret_cast<uintptr_t>(out.data + strip.col0) % align == 0;
+  // kRows: the rowwise codes stream only where they are aligned as well.
+  const bool aligned =
+      src.cols % static_cast<int64_t>(align) == 0 &&
+      reinterpret_cast<uintptr_t>(out.data + strip.col0) % align == 0 &&
+      (!kRows || reinterpret_cast<uintptr_t>(rows->data + strip.row0 * src.cols) % align == 0);
   // Pass 2's input: the copy (kCopy), else the source.
   constexpr bool kIn16 = kBf16 || kCopy;
   const StripIn in = kCopy ? StripIn{ws.copy, ws.width}
@@ -431,11 +506,11 @@ void FinishColumnStrip(const QuantSource& src, const ColStrip& strip, ColwiseOut
                                          (strip.row0 * src.cols + strip.col0) * (kBf16 ? 2 : 4),
                                      src.cols};
   if (out.stream && aligned) {
-    EncodeColumnStrip16<kBf16, kIn16, kFormat, kSaturate, true>(src, strip, out, in, scales, ws.sub,
-                                                                ws.slow_below, ahead);
+    EncodeColumnStrip16<kBf16, kIn16, kFormat, kSaturate, true, kRows>(
+        src, strip, out, in, scales, ws.sub, ws.slow_below, ahead, rows);
   } else {
-    EncodeColumnStrip16<kBf16, kIn16, kFormat, kSaturate, false>(src, strip, out, in, scales,
-                                                                 ws.sub, ws.slow_below, ahead);
+    EncodeColumnStrip16<kBf16, kIn16, kFormat, kSaturate, false, kRows>(
+        src, strip, out, in, scales, ws.sub, ws.slow_below, ahead, rows);
   }
 #endif
 }

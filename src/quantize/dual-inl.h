@@ -23,10 +23,10 @@ namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
 // Whether the dual kernel's row pass writes an fp32 strip's 16-bit patterns (round-to-odd,
-// Load16) to the workspace (StripWorkspace's copy) and takes both amax from them: the row
-// pass narrows the strip for its own encode anyway, and pass 2 then reads the copy, half
-// the bytes, instead of narrowing the strip again (docs/decisions.md "fp32 dual from a
-// 16-bit copy"). The exact path still reads the source.
+// Load16) to the workspace (StripWorkspace's copy) and takes both amax from them: pass 2
+// then reads the copy, half the bytes, instead of narrowing the strip again
+// (docs/decisions.md "fp32 dual from a 16-bit copy"). The exact path still reads the
+// source.
 template <bool kBf16>
 constexpr bool kDualCopy = !kBf16 && k16;
 template <bool kBf16>
@@ -83,13 +83,12 @@ HWY_INLINE VI DualBlockAmax(const QuantSource& src, int64_t index, DualAmax<kBf1
   }
 }
 
-// kLanes full blocks of the dual kernel, block j at index + j * kBlock folding into the
-// column amax col_amax[j] (and, where kDualCopy, its 16-bit patterns to copy + j * kBlock):
-// their rowwise codes to out (consecutive, as the blocks are) and scale bytes to scales, from
-// one transposing reduction of their amax. kStream: non-temporal code stores.
-template <bool kBf16, ElementFormat kFormat, bool kSaturate, bool kStream = false>
-HWY_INLINE void DualBatch(const QuantSource& src, int64_t index, DualAmax<kBf16>* const* col_amax,
-                          uint16_t* copy, uint8_t* out, uint8_t* scales) {
+// The scale bytes (one per 32-bit lane) of kLanes full blocks of the dual kernel, block j
+// at index + j * kBlock folding into the column amax col_amax[j] (and, where kDualCopy, its
+// 16-bit patterns to copy + j * kBlock), from one transposing reduction of their amax.
+template <bool kBf16>
+HWY_INLINE VI DualBatchScales(const QuantSource& src, int64_t index,
+                              DualAmax<kBf16>* const* col_amax, uint16_t* copy) {
   constexpr size_t kLanes = hn::MaxLanes(DI());
   VI block_amax[kLanes];
   for (size_t j = 0; j < kLanes; ++j) {
@@ -105,11 +104,19 @@ HWY_INLINE void DualBatch(const QuantSource& src, int64_t index, DualAmax<kBf16>
       amax = ScaleAmaxV<kBf16, true>(*src.scale_table, amax, src.x, index, kBlock, kBlock, 1);
     }
   }
-  const VI b = ScalesV(src.scale_table, amax);
+  return ScalesV(src.scale_table, amax);
+}
+
+// DualBatchScales, then the blocks' rowwise codes to out (consecutive, as the blocks are)
+// and scale bytes to scales.
+template <bool kBf16, ElementFormat kFormat, bool kSaturate>
+HWY_INLINE void DualBatch(const QuantSource& src, int64_t index, DualAmax<kBf16>* const* col_amax,
+                          uint16_t* copy, uint8_t* out, uint8_t* scales) {
+  const VI b = DualBatchScales<kBf16>(src, index, col_amax, copy);
 #if HWY_TARGET != HWY_SCALAR
-  EncodeBatch16<kBf16, kFormat, kSaturate, kStream, kDualCopy<kBf16>>(src, index, b, out, scales,
-                                                                      copy);
+  EncodeBatch16<kBf16, kFormat, kSaturate, kDualCopy<kBf16>>(src, index, b, out, scales, copy);
 #else
+  constexpr size_t kLanes = hn::MaxLanes(DI());
   hn::StoreU(hn::TruncateTo(hn::Rebind<uint8_t, DI>(), hn::BitCast(DU(), b)),
              hn::Rebind<uint8_t, DI>(), scales);
   for (size_t j = 0; j < kLanes; ++j) {
@@ -123,17 +130,24 @@ HWY_INLINE void DualBatch(const QuantSource& src, int64_t index, DualAmax<kBf16>
 #endif
 }
 
-// One full block of the dual kernel at `index` on its own (a row's blocks past its last
-// whole batch).
+// The scale byte of one full block of the dual kernel at `index` (DualBatchScales' lone
+// form: a row's blocks past its last whole batch).
 template <bool kBf16, ElementFormat kFormat>
-HWY_INLINE void DualBlock(const QuantSource& src, int64_t index, DualAmax<kBf16>* col_amax,
-                          uint16_t* copy, uint8_t* out, uint8_t* scale) {
+HWY_INLINE uint8_t DualBlockScale(const QuantSource& src, int64_t index, DualAmax<kBf16>* col_amax,
+                                  uint16_t* copy) {
   PrefetchAhead<kBf16>(src.x, index);
   const VI row_amax = DualAmaxBits<kBf16>(DualBlockAmax<kBf16>(src, index, col_amax, copy));
   const uint32_t amax = ScaleAmax<kBf16, kDualCopy<kBf16>>(
       *src.scale_table, static_cast<uint32_t>(hn::GetLane(hn::MaxOfLanes(DI(), row_amax))), src.x,
       index, kBlock, 1);
-  *scale = BlockScale(src.rule, kFormat, amax);
+  return BlockScale(src.rule, kFormat, amax);
+}
+
+// DualBlockScale, then the block's rowwise codes.
+template <bool kBf16, ElementFormat kFormat>
+HWY_INLINE void DualBlock(const QuantSource& src, int64_t index, DualAmax<kBf16>* col_amax,
+                          uint16_t* copy, uint8_t* out, uint8_t* scale) {
+  *scale = DualBlockScale<kBf16, kFormat>(src, index, col_amax, copy);
   VF vecs[kBlockVecs];
   for (size_t i = 0; i < kBlockVecs; ++i) {
     vecs[i] = LoadF<kBf16>(src.x, index + static_cast<int64_t>(i * hn::Lanes(DF())));
@@ -141,8 +155,8 @@ HWY_INLINE void DualBlock(const QuantSource& src, int64_t index, DualAmax<kBf16>
   EncodeBlock<kFormat>(vecs, *scale, out);
 }
 
-// Three quarters of the next strip's lines during the row pass, the longer of the two
-// (of 1/2, 3/4 and all, 3/4 was best for f32 and as good as all for bf16): lines per batch.
+// Three quarters of the next strip's lines during the row pass (of 1/4, 1/2, 3/4 and all,
+// 3/4 was best, before and after the rowwise encode moved to pass 2): lines per batch.
 template <bool kBf16>
 constexpr int64_t kDualAheadLines =
     static_cast<int64_t>(hn::MaxLanes(DI())) * kBlock*(kBf16 ? 2 : 4) * 3 / 4 / 64;
@@ -150,10 +164,13 @@ constexpr int64_t kDualAheadLines =
 // The row pass of a strip of whole rows that are whole blocks: one long run of blocks
 // batched across its rows (each block folds into its own column's amax). Rows narrower than
 // a batch (128 and 256 wide in the default model) went block by block, with a horizontal
-// reduction each, and took twice as long as a rowwise quantization.
-template <bool kBf16, ElementFormat kFormat, bool kSaturate, bool kStream>
+// reduction each, and took twice as long as a rowwise quantization. kFused: the blocks'
+// scale bytes, and their 16-bit encoder offsets to sub2 and slow2 (StoreOffsets2, block k
+// of the strip at k), for the fused pass 2 to encode; otherwise the rowwise codes here.
+template <bool kBf16, ElementFormat kFormat, bool kSaturate, bool kFused>
 void DualRows(const QuantSource& src, const ColStrip& strip, RowwiseOut row_out,
-              const DualWorkspace<kBf16>& ws, NextStripPrefetch& ahead) {
+              const DualWorkspace<kBf16>& ws, NextStripPrefetch& ahead, uint32_t* sub2 = nullptr,
+              uint32_t* slow2 = nullptr) {
   constexpr size_t kLanes = hn::MaxLanes(DI());
   constexpr int64_t kBatchCols = static_cast<int64_t>(kLanes) * kBlock;
   const int64_t begin = strip.row0 * src.cols;
@@ -171,12 +188,33 @@ void DualRows(const QuantSource& src, const ColStrip& strip, RowwiseOut row_out,
   for (; at + kBatchCols <= end; at += kBatchCols) {
     ahead.Issue<kDualAheadLines<kBf16>>();
     for (size_t j = 0; j < kLanes; ++j) col_amax[j] = next_amax();
-    DualBatch<kBf16, kFormat, kSaturate, kStream>(src, at, col_amax, ws.CopyAt(0, at - begin),
-                                                  row_out.data + at, row_out.scales + at / kBlock);
+    uint16_t* copy = ws.CopyAt(0, at - begin);
+    if constexpr (kFused) {
+#if HWY_TARGET != HWY_SCALAR
+      const VI b = DualBatchScales<kBf16>(src, at, col_amax, copy);
+      StoreLowBytes(hn::BitCast(DU(), b), row_out.scales + at / kBlock);
+      const int64_t k = (at - begin) / kBlock;
+      StoreOffsets2<kFormat>(b, sub2 + k, slow2 + k);
+#endif
+    } else {
+      DualBatch<kBf16, kFormat, kSaturate>(src, at, col_amax, copy, row_out.data + at,
+                                           row_out.scales + at / kBlock);
+    }
   }
   for (; at < end; at += kBlock) {
-    DualBlock<kBf16, kFormat>(src, at, next_amax(), ws.CopyAt(0, at - begin), row_out.data + at,
-                              row_out.scales + at / kBlock);
+    uint16_t* copy = ws.CopyAt(0, at - begin);
+    if constexpr (kFused) {
+#if HWY_TARGET != HWY_SCALAR
+      const uint8_t b = DualBlockScale<kBf16, kFormat>(src, at, next_amax(), copy);
+      row_out.scales[at / kBlock] = b;
+      const int64_t k = (at - begin) / kBlock;
+      sub2[k] = Enc16<kFormat>::Sub(b) * 0x10001u;
+      slow2[k] = Enc16<kFormat>::SlowBelow(b) * 0x10001u;
+#endif
+    } else {
+      DualBlock<kBf16, kFormat>(src, at, next_amax(), copy, row_out.data + at,
+                                row_out.scales + at / kBlock);
+    }
   }
 }
 
@@ -216,28 +254,37 @@ void DualRowsOfPiece(const QuantSource& src, const ColStrip& strip, RowwiseOut r
   }
 }
 
-// Both axes from one read of the strip: each row's blocks are quantized rowwise while the
-// column amax accumulates (kLanes blocks at a time, sharing one transposing reduction of
-// their amax); the columnwise pass then re-reads the strip from cache (an fp32 strip: its
-// 16-bit copy, kDualCopy).
+// Both axes from one read of the strip. A strip of whole rows of whole blocks: the row pass
+// takes every block's amax and scale while the column amax accumulates (kLanes blocks at a
+// time, sharing one transposing reduction of their amax); pass 2 then re-reads the strip
+// from cache (an fp32 strip: its 16-bit copy, kDualCopy) and encodes each vector twice, with
+// its column's offsets and its block's, from one load (the fused pass 2). Other strips
+// quantize rowwise in the row pass and columnwise in pass 2.
 template <bool kBf16, ElementFormat kFormat, bool kSaturate>
 void DualT(const QuantSource& src, const ColStrip& strip, RowwiseOut row_out, ColwiseOut col_out,
            void* workspace) {
-  const DualWorkspace<kBf16> ws(workspace, strip.col1 - strip.col0);
+  const int64_t width = strip.col1 - strip.col0;
+  const DualWorkspace<kBf16> ws(workspace, width);
   NextStripPrefetch ahead(src, strip);
   if (strip.col0 == 0 && strip.col1 == src.cols && src.cols % kBlock == 0) {
-    // A strip of whole rows that are whole blocks: one long row of blocks. Where the
-    // columnwise codes are streamed, the rowwise ones are too (docs/decisions.md).
+#if HWY_TARGET != HWY_SCALAR
+    // The blocks' offsets after the workspace's columnwise part (kernels.h); a strip has at
+    // most width blocks.
+    uint32_t* sub2 = reinterpret_cast<uint32_t*>(static_cast<char*>(workspace) +
+                                                 (kDualCopy<kBf16> ? 80 : 16) * width);
+    uint32_t* slow2 = sub2 + width;
+    DualRows<kBf16, kFormat, kSaturate, true>(src, strip, row_out, ws, ahead, sub2, slow2);
     const int64_t begin = strip.row0 * src.cols;
-    if (col_out.stream && reinterpret_cast<uintptr_t>(row_out.data + begin) % 64 == 0) {
-      DualRows<kBf16, kFormat, kSaturate, true>(src, strip, row_out, ws, ahead);
-      hwy::FlushStream();
-    } else {
-      DualRows<kBf16, kFormat, kSaturate, false>(src, strip, row_out, ws, ahead);
-    }
-  } else {
-    DualRowsOfPiece<kBf16, kFormat, kSaturate>(src, strip, row_out, ws, ahead);
+    const RowCodes rows{sub2, slow2, row_out.scales + begin / kBlock, row_out.data};
+    FinishColumnStrip<kBf16, kFormat, kSaturate, kDualCopy<kBf16>, true>(src, strip, col_out, ws,
+                                                                         ahead, &rows);
+#else
+    DualRows<kBf16, kFormat, kSaturate, false>(src, strip, row_out, ws, ahead);
+    FinishColumnStrip<kBf16, kFormat, kSaturate, kDualCopy<kBf16>>(src, strip, col_out, ws, ahead);
+#endif
+    return;
   }
+  DualRowsOfPiece<kBf16, kFormat, kSaturate>(src, strip, row_out, ws, ahead);
   FinishColumnStrip<kBf16, kFormat, kSaturate, kDualCopy<kBf16>>(src, strip, col_out, ws, ahead);
 }
 

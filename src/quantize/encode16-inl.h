@@ -325,8 +325,7 @@ HWY_NOINLINE void EncodeSlowLanes(const void* base, int64_t index, uint64_t lane
 // halves of sub2[j] and slow2[j] (a 32-bit broadcast from memory is a load alone; a 16-bit
 // one also takes a shuffle). The lanes the fp32 encoder must redo are taken out of `fast`
 // (SlowLanesOfBlock16 finds them afterwards, outside the hot loop).
-template <bool kBf16, ElementFormat kFormat, size_t kBlocks, bool kSaturate = true,
-          bool kStream = false>
+template <bool kBf16, ElementFormat kFormat, size_t kBlocks, bool kSaturate = true>
 HWY_INLINE void EncodeBlocks16(const void* base, int64_t index, const uint32_t* sub2,
                                const uint32_t* slow2, uint8_t* out, Fast16& fast) {
   const D16 d;
@@ -340,7 +339,7 @@ HWY_INLINE void EncodeBlocks16(const void* base, int64_t index, const uint32_t* 
         hn::BitCast(d, hn::Set(DU(), sub2[j])), hn::BitCast(d, hn::Set(DU(), slow2[j])), fast);
   }
   for (size_t i = 0; i + 1 < kVecs; i += 2) {
-    StoreCodes16x2<kStream>(codes[i], codes[i + 1], out + i * n);
+    StoreCodes16x2(codes[i], codes[i + 1], out + i * n);
   }
   if constexpr (kVecs % 2 == 1) StoreCodes16(codes[kVecs - 1], out + (kVecs - 1) * n);
 }
@@ -386,13 +385,22 @@ HWY_INLINE VI PairMaxBits(V16 abs16) {
   return hn::BitCast(DI(), hn::Max(hn::ShiftLeft<16>(u), hn::And(u, hn::Set(DU(), 0xFFFF0000u))));
 }
 
+// The 16-bit encoder's subtrahends and thresholds (Enc16::Sub, ::SlowBelow) of the scale
+// bytes b (one per 32-bit lane, none NaN), each in both halves of a 32-bit word, to
+// sub2[0..Lanes) and slow2[0..Lanes): what EncodeBlocks16 broadcasts per block.
+template <ElementFormat kFormat>
+HWY_INLINE void StoreOffsets2(VI b, uint32_t* sub2, uint32_t* slow2) {
+  VI sub, slow_below;
+  OffsetsV<kFormat>(DI(), b, sub, slow_below);
+  hn::StoreU(hn::BitCast(DU(), hn::Or(sub, hn::ShiftLeft<16>(sub))), DU(), sub2);
+  hn::StoreU(hn::BitCast(DU(), hn::Or(slow_below, hn::ShiftLeft<16>(slow_below))), DU(), slow2);
+}
+
 // kLanes consecutive full blocks at `index` in 16-bit lanes, given their scale bytes b (one
 // per 32-bit lane): the bytes stored to `scales`, then the encode (NaN blocks and redos
-// included). kSaturate as for Encode16; kStream: non-temporal code stores, `out` aligned as
-// StoreCodes16x2 needs. kCopy: the blocks' 16-bit patterns are read from `copy` (an fp32
-// source's, narrowed already) rather than from the source; the redos read the source.
-template <bool kBf16, ElementFormat kFormat, bool kSaturate, bool kStream = false,
-          bool kCopy = false>
+// included). kSaturate as for Encode16. kCopy: the blocks' 16-bit patterns are read from `copy` (an
+// fp32 source's, narrowed already) rather than from the source; the redos read the source.
+template <bool kBf16, ElementFormat kFormat, bool kSaturate, bool kCopy = false>
 HWY_INLINE void EncodeBatch16(const QuantSource& src, int64_t index, VI b, uint8_t* out,
                               uint8_t* scales, const uint16_t* copy = nullptr) {
   constexpr size_t kLanes = hn::MaxLanes(DI());
@@ -404,13 +412,8 @@ HWY_INLINE void EncodeBatch16(const QuantSource& src, int64_t index, VI b, uint8
     }
     return;
   }
-  // The 16-bit encoder's per-block subtrahends and thresholds (Enc16::Sub, ::SlowBelow),
-  // each in both halves of a 32-bit lane.
   alignas(64) uint32_t sub[kLanes], slow_below[kLanes];
-  VI sub_v, slow_v;
-  OffsetsV<kFormat>(DI(), b, sub_v, slow_v);
-  hn::Store(hn::BitCast(DU(), hn::Or(sub_v, hn::ShiftLeft<16>(sub_v))), DU(), sub);
-  hn::Store(hn::BitCast(DU(), hn::Or(slow_v, hn::ShiftLeft<16>(slow_v))), DU(), slow_below);
+  StoreOffsets2<kFormat>(b, sub, slow_below);
   // Without this, GCC forwards the stores to the broadcasts below as 2-3 shuffles each
   // (vpsrldq/valignd, vpbroadcastd), on the port the encode needs; from memory a broadcast
   // is a load alone.
@@ -421,11 +424,11 @@ HWY_INLINE void EncodeBatch16(const QuantSource& src, int64_t index, VI b, uint8
   for (size_t j = 0; j < kLanes; j += kStep) {
     const int64_t at = static_cast<int64_t>(j) * kBlock;
     if constexpr (kCopy) {
-      EncodeBlocks16<true, kFormat, kStep, kSaturate, kStream>(copy, at, sub + j, slow_below + j,
-                                                               out + at, fast);
+      EncodeBlocks16<true, kFormat, kStep, kSaturate>(copy, at, sub + j, slow_below + j, out + at,
+                                                      fast);
     } else {
-      EncodeBlocks16<kBf16, kFormat, kStep, kSaturate, kStream>(x, index + at, sub + j,
-                                                                slow_below + j, out + at, fast);
+      EncodeBlocks16<kBf16, kFormat, kStep, kSaturate>(x, index + at, sub + j, slow_below + j,
+                                                       out + at, fast);
     }
   }
   if (HWY_UNLIKELY(AnySlow16(fast))) {

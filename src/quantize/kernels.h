@@ -50,15 +50,16 @@ struct ColwiseOut {
 };
 
 // A columnwise or dual kernel's scratch memory for one strip (per-column amax, factors and
-// 16-bit encoder offsets; for the dual kernel on an fp32 source also the strip's elements
-// narrowed to 16 bits, 32 rows of them): at least WorkspaceBytesPerColumn bytes per column
-// of the strip (col1 - col0), 4-aligned. The drivers give each thread one for all its strips.
+// 16-bit encoder offsets; for the dual kernel also each block's encoder offsets, 8 bytes per
+// block, and on an fp32 source the strip's elements narrowed to 16 bits, 32 rows of them):
+// at least WorkspaceBytesPerColumn bytes per column of the strip (col1 - col0), 4-aligned.
+// The drivers give each thread one for all its strips.
 struct Workspace {
   void* data;
   int64_t bytes;
 };
 inline constexpr int64_t WorkspaceBytesPerColumn(bool dual, bool bf16) {
-  return dual && !bf16 ? 16 + 2 * kMxBlock : 16;
+  return !dual ? 16 : bf16 ? 24 : 16 + 2 * kMxBlock + 8;
 }
 
 struct QuantKernels {
