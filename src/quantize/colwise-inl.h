@@ -59,10 +59,7 @@ HWY_INLINE void AccumulateColumnAmax16(const QuantSource& src, int64_t row, int6
   const int64_t base = row * src.cols;
   int64_t c = col0;
   for (; c + n <= col1; c += n) {
-    if ((c & 31) == 0) {  // a line of bf16, two of fp32
-      PrefetchAhead<kBf16>(src.x, base + c);
-      if constexpr (!kBf16) PrefetchAhead<kBf16>(src.x, base + c + 16);
-    }
+    if ((c & 31) == 0) PrefetchAhead<kBf16>(src.x, base + c);
     const V16 h = Load16<kBf16>(src.x, base + c);
     if constexpr (!kBf16) hn::StoreU(h, d, copy + (c - col0));
     uint16_t* a = amax + (c - col0);
@@ -266,7 +263,7 @@ HWY_INLINE void AccumulateColumnAmax(const QuantSource& src, int64_t row, int64_
   const int64_t base = row * src.cols;
   int64_t c = col0;
   for (; c + n <= col1; c += n) {
-    if ((c & 15) == 0) PrefetchAhead<kBf16>(src.x, base + c);  // once per 64-byte line or so
+    if ((c & 31) == 0) PrefetchAhead<kBf16>(src.x, base + c);
     int32_t* a = amax + (c - col0);
     hn::StoreU(hn::Max(hn::LoadU(DI(), a), AbsBits(LoadF<kBf16>(src.x, base + c))), DI(), a);
   }

@@ -26,14 +26,18 @@ namespace hn = hwy::HWY_NAMESPACE;
 // 4096x4096 on one core).
 constexpr int64_t kPrefetchBytes = 2048;
 
-// The 64-byte line at p into L2 (prefetcht1): the next strip, which the current one would
-// push out of L1. hwy::Prefetch (Highway 1.0.3) has no cache level; it always fetches into
-// L1 (prefetcht0).
+// The 64-byte line at p into L2 (prefetcht1). hwy::Prefetch (Highway 1.0.3) has no cache
+// level; it always fetches into L1 (prefetcht0).
 HWY_INLINE void PrefetchLineL2(const char* p) { __builtin_prefetch(p, /*rw=*/0, /*locality=*/2); }
 
+// The lines of the 32 elements kPrefetchBytes past element `index` (one line of bf16, two of
+// fp32), into L2: into L1 (prefetcht0), and one line per 32 fp32, the rowwise kernel waited
+// on DRAM far more often (docs/decisions.md "Prefetch into L2").
 template <bool kBf16>
 HWY_INLINE void PrefetchAhead(const void* base, int64_t index) {
-  hwy::Prefetch(static_cast<const char*>(base) + index * (kBf16 ? 2 : 4) + kPrefetchBytes);
+  const char* p = static_cast<const char*>(base) + index * (kBf16 ? 2 : 4) + kPrefetchBytes;
+  PrefetchLineL2(p);
+  if constexpr (!kBf16) PrefetchLineL2(p + 64);
 }
 
 // The strip a columnwise or dual kernel expects its thread to take next (the rows below
