@@ -234,7 +234,7 @@ void EncodeColumnStrip16(const QuantSource& src, const ColStrip& strip, ColwiseO
     if (HWY_UNLIKELY(AnySlow16(fast) || (kRows && AnySlow16(row_fast)))) {
       redo(groups_end, vectors_end);
     }
-    if (kRows) continue;  // whole vectors only
+    if constexpr (kRows) continue;  // whole vectors only
     if (c < col1 && col1 - col0 >= n) {
       // The columns past the last whole vector as the vector that ends at col1: the
       // columns it shares with the one before get the same codes again, and its redo

@@ -208,8 +208,7 @@ void DualRows(const QuantSource& src, const ColStrip& strip, RowwiseOut row_out,
       const uint8_t b = DualBlockScale<kBf16, kFormat>(src, at, next_amax(), copy);
       row_out.scales[at / kBlock] = b;
       const int64_t k = (at - begin) / kBlock;
-      sub2[k] = Enc16<kFormat>::Sub(b) * 0x10001u;
-      slow2[k] = Enc16<kFormat>::SlowBelow(b) * 0x10001u;
+      StoreOffsets2<kFormat>(b, sub2 + k, slow2 + k);
 #endif
     } else {
       DualBlock<kBf16, kFormat>(src, at, next_amax(), copy, row_out.data + at,

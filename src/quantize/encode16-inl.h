@@ -361,6 +361,14 @@ HWY_INLINE uint64_t SlowLanesOfBlock16(const void* base, int64_t index, uint8_t 
   return redo;
 }
 
+// Enc16::Sub and ::SlowBelow of one block's scale byte b (not NaN), each in both halves of
+// a 32-bit word: StoreOffsets2's lone-block form.
+template <ElementFormat kFormat>
+HWY_INLINE void StoreOffsets2(uint8_t b, uint32_t* sub2, uint32_t* slow2) {
+  *sub2 = Enc16<kFormat>::Sub(b) * 0x10001u;
+  *slow2 = Enc16<kFormat>::SlowBelow(b) * 0x10001u;
+}
+
 // A full block through the 16-bit encoder, NaN blocks and redos included.
 template <bool kBf16, ElementFormat kFormat>
 HWY_INLINE void QuantizeBlock16(const void* base, int64_t index, uint8_t scale, uint8_t* out) {
@@ -368,9 +376,9 @@ HWY_INLINE void QuantizeBlock16(const void* base, int64_t index, uint8_t scale, 
     std::memset(out, 0x7F, kBlock);
     return;
   }
-  using E = Enc16<kFormat>;
   Fast16 fast = AllFast16();
-  const uint32_t sub2 = E::Sub(scale) * 0x10001u, slow2 = E::SlowBelow(scale) * 0x10001u;
+  uint32_t sub2, slow2;
+  StoreOffsets2<kFormat>(scale, &sub2, &slow2);
   EncodeBlocks16<kBf16, kFormat, 1>(base, index, &sub2, &slow2, out, fast);
   if (HWY_UNLIKELY(AnySlow16(fast))) {
     EncodeSlowLanes<kBf16, kFormat>(
