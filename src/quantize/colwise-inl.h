@@ -341,6 +341,9 @@ HWY_INLINE VI ScaleAmaxV(const ScaleTable& table, VI amax, const void* x, int64_
 // copy (num_rows rows of width patterns).
 template <bool kBf16, bool kCopy = false>
 struct StripWorkspace {
+  // The bytes per column it lays out below (kernels.h's WorkspaceBytesPerColumn adds what
+  // the dual kernel keeps after them).
+  static constexpr int64_t kBytesPerColumn = kCopy ? 16 + 2 * kBlock : 16;
   ColumnAmax<kBf16, kCopy>* amax;
   float* mult;
   uint16_t* sub;
@@ -514,6 +517,8 @@ void FinishColumnStrip(const QuantSource& src, const ColStrip& strip, ColwiseOut
 
 template <bool kBf16, ElementFormat kFormat, bool kSaturate>
 void ColwiseT(const QuantSource& src, const ColStrip& strip, ColwiseOut out, void* workspace) {
+  static_assert(WorkspaceBytesPerColumn(/*dual=*/false, kBf16) ==
+                StripWorkspace<kBf16>::kBytesPerColumn);
   const StripWorkspace<kBf16> ws(workspace, strip.col1 - strip.col0);
   NextStripPrefetch ahead(src, strip);
   int64_t c = strip.col0;

@@ -267,10 +267,12 @@ void DualT(const QuantSource& src, const ColStrip& strip, RowwiseOut row_out, Co
   NextStripPrefetch ahead(src, strip);
   if (strip.col0 == 0 && strip.col1 == src.cols && src.cols % kBlock == 0) {
 #if HWY_TARGET != HWY_SCALAR
-    // The blocks' offsets after the workspace's columnwise part (kernels.h); a strip has at
-    // most width blocks.
+    // The blocks' offsets after the workspace's columnwise part, 8 bytes per column
+    // (kernels.h); a strip has at most width blocks.
+    static_assert(WorkspaceBytesPerColumn(/*dual=*/true, kBf16) ==
+                  DualWorkspace<kBf16>::kBytesPerColumn + 8);
     uint32_t* sub2 = reinterpret_cast<uint32_t*>(static_cast<char*>(workspace) +
-                                                 (kDualCopy<kBf16> ? 80 : 16) * width);
+                                                 DualWorkspace<kBf16>::kBytesPerColumn * width);
     uint32_t* slow2 = sub2 + width;
     DualRows<kBf16, kFormat, kSaturate, true>(src, strip, row_out, ws, ahead, sub2, slow2);
     const int64_t begin = strip.row0 * src.cols;

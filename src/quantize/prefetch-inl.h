@@ -31,8 +31,8 @@ constexpr int64_t kPrefetchBytes = 2048;
 HWY_INLINE void PrefetchLineL2(const char* p) { __builtin_prefetch(p, /*rw=*/0, /*locality=*/2); }
 
 // The lines of the 32 elements kPrefetchBytes past element `index` (one line of bf16, two of
-// fp32), into L2: into L1 (prefetcht0), and one line per 32 fp32, the rowwise kernel waited
-// on DRAM far more often (docs/decisions.md "Prefetch into L2").
+// fp32), into L2. Fetched into L1 (prefetcht0), one line per 32 fp32, the rowwise kernel
+// waited on DRAM far more often (docs/decisions.md "Prefetch into L2").
 template <bool kBf16>
 HWY_INLINE void PrefetchAhead(const void* base, int64_t index) {
   const char* p = static_cast<const char*>(base) + index * (kBf16 ? 2 : 4) + kPrefetchBytes;
