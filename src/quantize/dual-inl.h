@@ -155,18 +155,29 @@ HWY_INLINE void DualBlock(const QuantSource& src, int64_t index, DualAmax<kBf16>
   EncodeBlock<kFormat>(vecs, *scale, out);
 }
 
-// Three quarters of the next strip's lines during the row pass (of 1/4, 1/2, 3/4 and all,
-// 3/4 was best, before and after the rowwise encode moved to pass 2): lines per batch.
+// Three quarters of the next strip's lines during the row pass of a column piece (of 1/4,
+// 1/2, 3/4 and all, 3/4 was best for whole-row strips too, before they took their own
+// lines, kDualRunAhead): lines per batch.
 template <bool kBf16>
 constexpr int64_t kDualAheadLines =
     static_cast<int64_t>(hn::MaxLanes(DI())) * kBlock*(kBf16 ? 2 : 4) * 3 / 4 / 64;
+
+// How far ahead of its reads the row pass of a strip of whole rows (one contiguous run)
+// prefetches the strip's own lines; pass 2 of the strip before prefetched the first this
+// many bytes (NextStripPrefetch, truncated). Taking the whole next strip during this one,
+// as column pieces do, put a 4096-wide fp32 strip's 512 KiB, the next one's and the 256
+// KiB copy in a 1 MiB L2 (Zen 4) at once: f32 dual 4096 x 4096, 2 threads, median 3.87 ->
+// 3.12 ms (docs/decisions.md "Dual's row pass prefetches its own strip").
+constexpr int64_t kDualRunAhead = 32 << 10;
 
 // The row pass of a strip of whole rows that are whole blocks: one long run of blocks
 // batched across its rows (each block folds into its own column's amax). Rows narrower than
 // a batch (128 and 256 wide in the default model) went block by block, with a horizontal
 // reduction each, and took twice as long as a rowwise quantization. kFused: the blocks'
 // scale bytes, and their 16-bit encoder offsets to sub2 and slow2 (StoreOffsets2, block k
-// of the strip at k), for the fused pass 2 to encode; otherwise the rowwise codes here.
+// of the strip at k), for the fused pass 2 to encode, with the strip's own lines
+// prefetched kDualRunAhead ahead; otherwise the rowwise codes here, with three quarters of
+// the next strip's lines.
 template <bool kBf16, ElementFormat kFormat, bool kSaturate, bool kFused>
 void DualRows(const QuantSource& src, const ColStrip& strip, RowwiseOut row_out,
               const DualWorkspace<kBf16>& ws, NextStripPrefetch& ahead, uint32_t* sub2 = nullptr,
@@ -176,6 +187,9 @@ void DualRows(const QuantSource& src, const ColStrip& strip, RowwiseOut row_out,
   const int64_t begin = strip.row0 * src.cols;
   const int64_t end = begin + strip.num_rows * src.cols;
   DualAmax<kBf16>* col_amax[kLanes];
+  constexpr int64_t kSize = kBf16 ? 2 : 4;
+  const char* x = static_cast<const char*>(src.x);
+  RunPrefetch own(x + std::min(begin * kSize + kDualRunAhead, end * kSize), x + end * kSize);
   int64_t at = begin;
   int64_t col = 0;  // at's column
   // The column amax of the block at `at`, then `col` moved on to the next block's column.
@@ -186,7 +200,11 @@ void DualRows(const QuantSource& src, const ColStrip& strip, RowwiseOut row_out,
     return amax;
   };
   for (; at + kBatchCols <= end; at += kBatchCols) {
-    ahead.Issue<kDualAheadLines<kBf16>>();
+    if constexpr (kFused) {
+      own.Issue<kBatchCols * kSize / 64>();
+    } else {
+      ahead.Issue<kDualAheadLines<kBf16>>();
+    }
     for (size_t j = 0; j < kLanes; ++j) col_amax[j] = next_amax();
     uint16_t* copy = ws.CopyAt(0, at - begin);
     if constexpr (kFused) {
@@ -274,6 +292,9 @@ void DualT(const QuantSource& src, const ColStrip& strip, RowwiseOut row_out, Co
     uint32_t* sub2 = reinterpret_cast<uint32_t*>(static_cast<char*>(workspace) +
                                                  DualWorkspace<kBf16>::kBytesPerColumn * width);
     uint32_t* slow2 = sub2 + width;
+    // The row pass prefetches the strip's own lines (kDualRunAhead); pass 2 the next
+    // strip's first.
+    ahead.Truncate(kDualRunAhead / 64);
     DualRows<kBf16, kFormat, kSaturate, true>(src, strip, row_out, ws, ahead, sub2, slow2);
     const int64_t begin = strip.row0 * src.cols;
     const RowCodes rows{sub2, slow2, row_out.scales + begin / kBlock, row_out.data};

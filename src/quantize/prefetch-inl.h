@@ -49,7 +49,9 @@ HWY_INLINE void PrefetchAhead(const void* base, int64_t index) {
 // none are left. 4096 x 4096, 2 threads, against pass 2 alone: bf16 colwise 1.17-1.18 ->
 // 1.08-1.11 ms (ratio 0.74 -> 0.80-0.82), dual 2.14-2.16 -> 1.91-2.05, grouped 1.17-1.19
 // -> 1.08-1.11; f32 colwise 2.17-2.21 -> 2.11-2.16, dual 3.52-3.55 -> 3.16-3.32. All the
-// lines in colwise pass 1 was worse (bf16 1.29-1.35 ms).
+// lines in colwise pass 1 was worse (bf16 1.29-1.35 ms). A dual strip of whole rows has
+// since taken its own lines in its row pass (RunPrefetch) and leaves pass 2 only the first
+// of the next strip's (Truncate; dual-inl.h, kDualRunAhead).
 class NextStripPrefetch {
  public:
   NextStripPrefetch(const QuantSource& src, const ColStrip& strip) {
@@ -74,6 +76,8 @@ class NextStripPrefetch {
   }
   // Lines not yet issued.
   int64_t left() const { return left_; }
+  // From here on at most `lines` more lines in all: the first of the next strip only.
+  void Truncate(int64_t lines) { left_ = std::min(left_, lines); }
   // Issues the next k lines (fewer at the end). The common case, k lines within the
   // current run, is one compare and a prefetch per line (the kernels call this in loops
   // whose other uops are few when the strip is in cache).
@@ -113,6 +117,30 @@ class NextStripPrefetch {
   const char* next_ = nullptr;
   const char* row_end_ = nullptr;
   int64_t stride_ = 0, width_ = 0, rows_ = 0, lines_ = 0, left_ = 0;
+};
+
+// A contiguous run of bytes prefetched into L2 a few lines at a time, as the reads that
+// walk it move on: a fixed distance ahead of them where it starts that far past their
+// first byte (the dual kernel's row pass over a strip of whole rows).
+class RunPrefetch {
+ public:
+  RunPrefetch(const void* begin, const void* end)
+      : next_(static_cast<const char*>(begin)), end_(static_cast<const char*>(end)) {}
+  // Issues the next kLines lines (fewer at the end of the run).
+  template <int64_t kLines>
+  HWY_INLINE void Issue() {
+    if (HWY_LIKELY(next_ + 64 * kLines <= end_)) {
+#pragma GCC unroll 32
+      for (int64_t i = 0; i < kLines; ++i) PrefetchLineL2(next_ + 64 * i);
+      next_ += 64 * kLines;
+      return;
+    }
+    for (; next_ < end_; next_ += 64) PrefetchLineL2(next_);
+  }
+
+ private:
+  const char* next_;
+  const char* end_;
 };
 
 }  // namespace HWY_NAMESPACE
