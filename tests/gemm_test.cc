@@ -15,6 +15,8 @@
 #include <vector>
 
 #include "gemm/grouped.h"
+#include "gemm/kernels.h"
+#include "gemm/operand.h"
 #include "gemm_test_util.h"
 #include "mxtrain/error.h"
 #include "mxtrain/quantize.h"
@@ -103,6 +105,66 @@ TEST_P(GemmPerPath, ExtremeScalesTakeTheExactPath) {
   const MxTensor a = QuantizeRowwise(MakeF32({32, 64}, v), {});
   const MxTensor b = QuantizeRowwise(MakeF32({24, 64}, RandomValues(24 * 64, 10, -1, 1)), {});
   ExpectWithinBound(MxGemm(a, b), a, b, path + " mixed");
+}
+
+// The whole-operand check (AllTilesSafe) lets a GEMM skip the per-row statistics. Without
+// NaN or zero blocks it must answer exactly what the statistics answer for every tile
+// together (the minimum of a sum over tile pairs is the sum of the minima); with one it
+// must say no, the statistics handling those blocks.
+TEST(Gemm, WholeOperandScaleRangeAgreesWithEveryTile) {
+  struct Case {
+    const char* name;
+    int lo, hi;      // x's exponents
+    int row_shift;   // added to row 5's exponents (0: none)
+    bool nan, zero;  // a NaN element; zero blocks
+  };
+  const Case cases[] = {{"ordinary", -3, 3, 0, false, false},
+                        {"wide", -40, 40, 0, false, false},
+                        {"one tiny row", -1, 1, -125, false, false},
+                        {"one huge row", -1, 1, 118, false, false},
+                        {"tiny", -125, -118, 0, false, false},
+                        {"huge", 110, 120, 0, false, false},
+                        {"a NaN", -1, 1, 0, true, false},
+                        {"a zero block", -1, 1, 0, false, true}};
+  int all_safe = 0, not_all_safe = 0;
+  for (const Case& c : cases) {
+    std::vector<float> v = RandomValues(48 * 96, 61, c.lo, c.hi);
+    for (int k = 0; k < 96; ++k) v[5 * 96 + k] = std::ldexp(v[5 * 96 + k], c.row_shift);
+    if (c.nan) v[9 * 96 + 50] = NAN;
+    if (c.zero) {  // rows 0-31 x columns 32-63: a zero block in either layout
+      for (int r = 0; r < 32; ++r) std::fill_n(v.begin() + r * 96 + 32, 32, 0.0f);
+    }
+    const Tensor x = MakeF32({48, 96}, v);
+    const Tensor w = MakeF32({40, 96}, RandomValues(40 * 96, 62, -2, 2));
+    for (bool columnwise : {false, true}) {
+      // Rowwise: x . w^T. Columnwise: x^T . x (wgrad's layouts, contracting x's rows).
+      const MxTensor a = columnwise ? QuantizeColumnwise(x, {}) : QuantizeRowwise(x, {});
+      const MxTensor b = columnwise ? QuantizeColumnwise(x, {}) : QuantizeRowwise(w, {});
+      const internal::GemmOperand oa = internal::GemmOperand::Of(a, "a");
+      const internal::GemmOperand ob = internal::GemmOperand::Of(b, "b");
+      const internal::RowScaleStats sa = internal::RowScaleStats::Of(oa, 1);
+      const internal::RowScaleStats sb = internal::RowScaleStats::Of(ob, 1);
+      const internal::GemmProblem p{oa, ob, &sa, &sb, nullptr, true, 1};
+      const internal::TileSafety tiles(p);
+      bool every = true;
+      for (int64_t ti = 0; ti < CeilDiv(oa.free, internal::kGemmTile); ++ti) {
+        for (int64_t tj = 0; tj < CeilDiv(ob.free, internal::kGemmTile); ++tj) {
+          every = every && tiles(ti, tj);
+        }
+      }
+      const bool all = internal::AllTilesSafe(oa, ob);
+      const std::string tag = StrCat(c.name, columnwise ? " columnwise" : " rowwise");
+      if (c.nan || c.zero) {
+        EXPECT_FALSE(all) << tag;
+      } else {
+        EXPECT_EQ(all, every) << tag;
+      }
+      (all ? all_safe : not_all_safe) += 1;
+    }
+  }
+  // Both answers occur.
+  EXPECT_GE(all_safe, 4);
+  EXPECT_GE(not_all_safe, 6);
 }
 
 TEST_P(GemmPerPath, NaNBlocksPropagate) {

@@ -40,12 +40,14 @@ struct GemmBf16Out {
 struct GemmProblem {
   GemmOperand a;  // [I, S]
   GemmOperand b;  // [J, S]
+  // Per-row scale statistics; null when all_safe.
   const RowScaleStats* a_stats;
   const RowScaleStats* b_stats;
   float* c;        // [I, J]
   bool overwrite;  // C holds nothing to keep (no accumulator): kernels write, not add
   int threads;
   GemmBf16Out* bf16_out = nullptr;  // null: C only (a kernel may also ignore it)
+  bool all_safe = false;            // every tile is exact-safe (AllTilesSafe)
 };
 
 // Whether output tile (ti, tj) may use a fast path (all its rows and columns exact-safe).
@@ -62,6 +64,7 @@ class TileSafety {
     bool nan = false;
   };
   static std::vector<Range> TileRanges(const RowScaleStats& stats, int64_t rows);
+  bool all_safe_;
   ElementFormat format_a_, format_b_;
   std::vector<Range> a_, b_;
 };
@@ -84,10 +87,10 @@ inline void DCheckGemmProblem(const GemmProblem& p, const std::vector<uint8_t>& 
   MXTRAIN_DCHECK(p.a.blocks == CeilDiv(p.a.s, kMxBlock) && p.b.blocks == p.a.blocks);
   MXTRAIN_DCHECK(p.a.data != nullptr && p.a.scales != nullptr);
   MXTRAIN_DCHECK(p.b.data != nullptr && p.b.scales != nullptr);
-  MXTRAIN_DCHECK(p.a_stats != nullptr &&
-                 static_cast<int64_t>(p.a_stats->min_scale.size()) == p.a.free);
-  MXTRAIN_DCHECK(p.b_stats != nullptr &&
-                 static_cast<int64_t>(p.b_stats->min_scale.size()) == p.b.free);
+  MXTRAIN_DCHECK(p.all_safe || (p.a_stats != nullptr &&
+                                static_cast<int64_t>(p.a_stats->min_scale.size()) == p.a.free));
+  MXTRAIN_DCHECK(p.all_safe || (p.b_stats != nullptr &&
+                                static_cast<int64_t>(p.b_stats->min_scale.size()) == p.b.free));
   MXTRAIN_DCHECK(p.c != nullptr && p.threads >= 1);
   MXTRAIN_DCHECK(static_cast<int64_t>(skipped.size()) ==
                  CeilDiv(p.a.free, kGemmTile) * CeilDiv(p.b.free, kGemmTile));

@@ -133,4 +133,32 @@ bool ProductsAreExact(ElementFormat fa, uint8_t a_min, uint8_t a_max, ElementFor
          MaxExp(fa) + MaxExp(fb) + a_max + b_max - 254 <= 128;
 }
 
+namespace {
+
+// The smallest and largest scale byte of an operand (lo > hi if it has none).
+void ScaleByteRange(const GemmOperand& op, uint8_t& lo, uint8_t& hi) {
+  // Both layouts hold free x blocks scale bytes in one run.
+  const uint8_t* __restrict sc = op.scales;
+  const int64_t n = op.free * op.blocks;
+  uint8_t mn = 255, mx = 0;
+#pragma omp simd reduction(min : mn) reduction(max : mx)
+  for (int64_t i = 0; i < n; ++i) {
+    mn = sc[i] < mn ? sc[i] : mn;
+    mx = sc[i] > mx ? sc[i] : mx;
+  }
+  lo = mn;
+  hi = mx;
+}
+
+}  // namespace
+
+bool AllTilesSafe(const GemmOperand& a, const GemmOperand& b) {
+  // A zero block's byte (0) or a NaN block's (0xFF) fails ProductsAreExact's value range on
+  // its own, leaving those operands to RowScaleStats, which treats such blocks apart.
+  uint8_t a_lo, a_hi, b_lo, b_hi;
+  ScaleByteRange(a, a_lo, a_hi);
+  ScaleByteRange(b, b_lo, b_hi);
+  return ProductsAreExact(a.format, a_lo, a_hi, b.format, b_lo, b_hi);
+}
+
 }  // namespace mxtrain::internal

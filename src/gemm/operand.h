@@ -47,4 +47,12 @@ struct RowScaleStats {
 bool ProductsAreExact(ElementFormat fa, uint8_t a_min, uint8_t a_max, ElementFormat fb,
                       uint8_t b_min, uint8_t b_max);
 
+// Whether every tile of A . B^T is exact-safe, decided from the smallest and largest scale
+// byte of each whole operand (one pass over the scales, no per-row statistics):
+// ProductsAreExact over those two ranges. Without zero or NaN blocks (bytes 0 and 0xFF,
+// which fail the range) this is exactly whether every tile is safe by its own ranges (the
+// smallest sum over tile pairs is the sum of the smallest); false says nothing, and then
+// RowScaleStats and TileSafety decide tile by tile.
+bool AllTilesSafe(const GemmOperand& a, const GemmOperand& b);
+
 }  // namespace mxtrain::internal
