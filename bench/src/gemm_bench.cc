@@ -69,6 +69,14 @@ std::vector<GemmBenchCase> StandardGemmBenchCases() {
   constexpr int64_t kExpertFfn = 1408;
   all_passes("moe_fc1", kTokens, kExpertFfn, kHidden, experts);
   all_passes("moe_fc2", kTokens, kHidden, kExpertFfn, experts);
+  // The default `mxtrain train` model's GEMMs per micro-batch: 1024 tokens, d_model 128
+  // (the attention's four 128 x 128 projections), the byte LM head, and 4 experts of d_ff
+  // 256 (SwiGLU: FC1 gives 2 x 256) taking 2 x 1024 token slots, unevenly.
+  all_passes("train_attn", 1024, 128, 128, {});
+  all_passes("train_lm_head", 1024, 256, 128, {});
+  const std::vector<int64_t> train_experts{580, 466, 531, 471};
+  all_passes("train_moe_fc1", 2048, 512, 128, train_experts);
+  all_passes("train_moe_fc2", 2048, 128, 256, train_experts);
   return cases;
 }
 
