@@ -249,8 +249,8 @@ Tensor MxGemm(const MxTensor& a, const MxTensor& b, const GemmOptions& options) 
   Tensor c32 = ResultBuffer(c, options);
   const int threads = internal::TeamSize(options.threads, "gemm");
   // Per-row statistics only where the operands' whole scale ranges leave some tile in
-  // doubt: they cost a pass per row, serial below 16384 scales, ~10% of a 1024 x 128 x 128
-  // GEMM on two threads.
+  // doubt: with the per-tile checks they cost a pass per row, serial below 16384 scales,
+  // ~6% of a 1024 x 128 x 128 GEMM on two threads (190 -> 179 us without them).
   const bool all_safe = internal::AllTilesSafe(c.a, c.b);
   const RowScaleStats a_stats = all_safe ? RowScaleStats() : RowScaleStats::Of(c.a, threads);
   const RowScaleStats b_stats = all_safe ? RowScaleStats() : RowScaleStats::Of(c.b, threads);
