@@ -2,6 +2,8 @@
 //  [--shape MxK] [--simd TARGET] [--code-stores auto|cached|streaming]`,
 //  `mxtrain bench gemm [--reps N] [--threads T] [--case NAME] [--path NAME]
 //  [--baseline onednn-bf16|onednn-f32]` and
+//  `mxtrain bench train [--runs LIST] [--recipe R] [--scale S] [--model M] [--threads T]
+//  [--rounds N] [--warmup-rounds N]` and
 //  `mxtrain bench --list`: JSON lines from the library's benchmark tables (mxtrain/bench.h).
 #include <algorithm>
 #include <iostream>
@@ -21,7 +23,10 @@
 #include "mxtrain/hp_gemm.h"
 #include "mxtrain/simd.h"
 #include "mxtrain/testing.h"
+#include "mxtrain/train/data.h"
 #include "mxtrain/train/ep_bench.h"
+#include "mxtrain/train/step_bench.h"
+#include "run_specs.h"
 
 namespace mxtrain::cli {
 
@@ -35,6 +40,8 @@ constexpr const char* kUsage =
     "[--baseline onednn-bf16|onednn-f32]\n"
     "       mxtrain bench ops [--reps N] [--threads T] [--case NAME] [--tokens T] [--hidden H]\n"
     "       mpirun -np W mxtrain bench ep [--steps N] [--model tiny|small] [--threads T]\n"
+    "       mxtrain bench train [--runs LIST] [--recipe e4m3|hybrid] [--scale RULE] "
+    "[--model tiny|small] [--threads T] [--rounds N] [--warmup-rounds N]\n"
     "       mxtrain bench --list\n"
     "gemm --case NAME runs the case NAME, or every case whose name starts with NAME_ "
     "(--case layer_fc1: its fprop, dgrad and wgrad); --baseline: oneDNN's bf16 or f32 "
@@ -43,7 +50,10 @@ constexpr const char* kUsage =
     "transformer and moe cases, default 4096 and 1024); ep: the default mxtrain train model "
     "and MXFP8 recipe over the job's W ranks with the experts replicated (ep1) and sharded "
     "over W ranks with the bf16 and the MXFP8 wire: step time and bytes between ranks per "
-    "step (default --steps 20, --threads 1)";
+    "step (default --steps 20, --threads 1); train: the runs of mxtrain train (default bf16, "
+    "mxfp8-quantized, mxfp8-deferred, mxfp8-auto), one optimizer step of each in turn per "
+    "round: per run the median step time and the median ratio to the first run's step in "
+    "the same round (default --rounds 40 after --warmup-rounds 5; --threads: all cores)";
 
 void PrintList() {
   // Built whole first: a bad cap in the environment (simd.h, gemm.h) fails before any line.
@@ -192,7 +202,8 @@ int RunOpsBench(const ParsedArgs& args) {
 // Several processes: rank 0 prints; a rank that fails ends the job (as mxtrain train).
 int RunEpBenchCommand(const ParsedArgs& args) {
   for (const char* flag :
-       {"dtype", "shape", "simd", "code-stores", "path", "baseline", "case", "reps"}) {
+       {"dtype", "shape", "simd", "code-stores", "path", "baseline", "case", "reps", "tokens",
+        "hidden", "runs", "recipe", "scale", "rounds", "warmup-rounds"}) {
     MXTRAIN_CHECK(!args.Has(flag), "--", flag, " is not a flag of mxtrain bench ep");
   }
   MXTRAIN_CHECK(LaunchedWorldSize() > 1,
@@ -218,9 +229,37 @@ int RunEpBenchCommand(const ParsedArgs& args) {
   });
 }
 
+// The runs of mxtrain train stepped side by side (step_bench.h).
+int RunTrainBench(const ParsedArgs& args) {
+  for (const char* flag : {"dtype", "shape", "simd", "code-stores", "path", "baseline", "case",
+                           "reps", "steps", "tokens", "hidden"}) {
+    MXTRAIN_CHECK(!args.Has(flag), "--", flag, " is not a flag of mxtrain bench train");
+  }
+  const std::vector<RunSpec> specs = RunSpecs(args);
+  const TrainConfig base = BaseTrainConfig(args, nullptr);
+  const int64_t rounds = ParseInt(args.Get("rounds", "40"), "--rounds", 1, 1000000);
+  const int64_t warmup = ParseInt(args.Get("warmup-rounds", "5"), "--warmup-rounds", 0, 1000000);
+  std::vector<TrainConfig> runs;
+  for (const RunSpec& s : specs) {
+    TrainConfig c = base;
+    c.name = s.name;
+    c.recipe = s.recipe;
+    runs.push_back(std::move(c));
+  }
+  const Corpus corpus = SplitCorpus(BuiltinCorpus(), base.model.context, "the built-in corpus");
+  const std::vector<StepBenchResult> results = RunStepBench(runs, corpus, warmup, rounds);
+  for (size_t i = 0; i < results.size(); ++i) std::cout << ToJson(results, i, rounds) << "\n";
+  std::cout << std::flush;
+  return 0;
+}
+
 }  // namespace
 
 int RunBench(const std::vector<std::string>& argv) {
+  // bench train steps as mxtrain train does, OpenMP's waiting included.
+  if (std::find(argv.begin(), argv.end(), "train") != argv.end()) {
+    ExecWithTrainingWaitPolicy({"bench"}, argv);
+  }
   const ParsedArgs args = ParsedArgs::Parse(argv, "mxtrain bench",
                                             {{"reps"},
                                              {"threads"},
@@ -235,6 +274,11 @@ int RunBench(const std::vector<std::string>& argv) {
                                              {"hidden"},
                                              {"steps"},
                                              {"model"},
+                                             {"runs"},
+                                             {"recipe"},
+                                             {"scale"},
+                                             {"rounds"},
+                                             {"warmup-rounds"},
                                              {"list", false}});
   if (args.help()) {
     std::cout << kUsage << "\n";
@@ -246,12 +290,16 @@ int RunBench(const std::vector<std::string>& argv) {
   }
   MXTRAIN_CHECK(args.positional().size() == 1 &&
                     (args.positional()[0] == "quantize" || args.positional()[0] == "gemm" ||
-                     args.positional()[0] == "ops" || args.positional()[0] == "ep"),
+                     args.positional()[0] == "ops" || args.positional()[0] == "ep" ||
+                     args.positional()[0] == "train"),
                 kUsage);
   if (args.positional()[0] == "ep") return RunEpBenchCommand(args);
-  for (const char* flag : {"steps", "model"}) {
-    MXTRAIN_CHECK(!args.Has(flag), "--", flag, " is a flag of mxtrain bench ep");
+  if (args.positional()[0] == "train") return RunTrainBench(args);
+  for (const char* flag : {"runs", "recipe", "scale", "rounds", "warmup-rounds"}) {
+    MXTRAIN_CHECK(!args.Has(flag), "--", flag, " is a flag of mxtrain bench train");
   }
+  MXTRAIN_CHECK(!args.Has("steps"), "--steps is a flag of mxtrain bench ep");
+  MXTRAIN_CHECK(!args.Has("model"), "--model is a flag of mxtrain bench ep and train");
   for (const char* flag : {"tokens", "hidden"}) {
     MXTRAIN_CHECK(args.positional()[0] == "ops" || !args.Has(flag), "--", flag,
                   " is a flag of mxtrain bench ops");

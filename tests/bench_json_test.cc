@@ -1,4 +1,4 @@
-// `mxtrain bench quantize | gemm | ops` on tiny shapes (one repetition each, not timed):
+// `mxtrain bench quantize | gemm | ops | train` on tiny shapes (one repetition each, not timed):
 // every stdout line is one JSON object with exactly the documented keys (bench.h,
 // ops_bench.h), values of the right type and sane (positive times, finite ratios that
 // agree with the figures they come from, a peak kind and GEMM path this machine has), and
@@ -400,6 +400,43 @@ TEST_F(BenchJsonTest, OpsSmokeLinesHaveEveryKeyAndSaneFigures) {
   EXPECT_EQ(last["layers"][0]["name"], "expert_fc1");
   EXPECT_EQ(last["layers"][0]["allocated_bytes"], 0);
   EXPECT_EQ(last["saved_vs_quantized_bytes"], 11760);
+}
+
+// bench train: one line per run, in the order of --runs, each with every key; the first
+// run is the baseline (ratio 1), and with one round each ratio is the run's step time
+// over the baseline's. Flags of the other benchmarks are errors naming the flag.
+TEST_F(BenchJsonTest, TrainLinesHaveEveryKeyAndSaneFigures) {
+  const std::vector<json> lines = RunLines(
+      {"bench", "train", "--runs", "bf16,mxfp8-deferred", "--rounds", "1", "--warmup-rounds", "0"});
+  ASSERT_EQ(lines.size(), 2u);
+  const std::set<std::string> keys{"bench",       "run",   "baseline", "step_ms",
+                                   "min_step_ms", "ratio", "rounds"};
+  for (const json& j : lines) {
+    SCOPED_TRACE(j.dump());
+    ASSERT_EQ(Keys(j), keys);
+    EXPECT_EQ(j["bench"], "train");
+    EXPECT_EQ(j["baseline"], "bf16");
+    EXPECT_EQ(j["rounds"], 1);
+    ExpectPositive(j, "step_ms");
+    EXPECT_EQ(j["min_step_ms"], j["step_ms"]);  // one round
+  }
+  EXPECT_EQ(lines[0]["run"], "bf16");
+  EXPECT_EQ(lines[1]["run"], "mxfp8-deferred");
+  EXPECT_EQ(lines[0]["ratio"], 1.0);
+  EXPECT_NEAR(lines[1]["ratio"].get<double>(),
+              lines[1]["step_ms"].get<double>() / lines[0]["step_ms"].get<double>(), 1e-9);
+  for (const std::vector<std::string>& bad :
+       {std::vector<std::string>{"bench", "train", "--steps", "3"},
+        std::vector<std::string>{"bench", "train", "--reps", "3"},
+        std::vector<std::string>{"bench", "gemm", "--rounds", "3"},
+        std::vector<std::string>{"bench", "train", "--runs", "bf16,int4"},
+        std::vector<std::string>{"bench", "train", "--rounds", "0"}}) {
+    const testing_util::RunResult r = Run(bad);
+    EXPECT_EQ(r.code, 2) << bad[2];
+    EXPECT_NE(r.err.find(bad[2] == "--runs" ? "int4" : bad[2]), std::string::npos) << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    EXPECT_EQ(r.out, "");
+  }
 }
 
 }  // namespace

@@ -1,7 +1,8 @@
 // The training model and loop (model.h, train.h) on tiny configurations: the model's
 // gradients against finite differences, the loss falls, MXFP8 tracks bf16, the save
 // policies and the weight cache change nothing bit for bit, runs are deterministic, a
-// resumed run repeats the uninterrupted one, and a diverging run stops naming its step.
+// resumed run repeats the uninterrupted one, a diverging run stops naming its step, and the
+// step benchmark's interleaved runs make the training loop's own steps.
 #include "mxtrain/train/train.h"
 
 #include <gtest/gtest.h>
@@ -15,6 +16,7 @@
 #include "mxtrain/train/data.h"
 #include "mxtrain/train/model.h"
 #include "mxtrain/train/nn.h"
+#include "mxtrain/train/step_bench.h"
 
 namespace mxtrain {
 namespace {
@@ -244,6 +246,50 @@ TEST(TrainLoop, BadConfigurationsAreErrors) {
   c.model.n_heads = 3;  // 32 is not a multiple of 3
   EXPECT_THROW(Train(c, TinyCorpus()), Error);
   EXPECT_THROW(SplitCorpus(std::string(20, 'a'), 16, "tiny"), Error);
+}
+
+// The step benchmark (step_bench.h) steps its runs in turn, each with its own model: every
+// run's steps are those Train makes of it alone (losses, gradient norms, learning rates
+// bit for bit), the times and ratios are positive, the first run's ratio is 1, and bad
+// counts and runs are errors.
+TEST(TrainStepBench, InterleavedRunsRepeatTheirOwnTraining) {
+  std::vector<TrainConfig> runs = {
+      TinyRun(Hp(Precision::kBf16), 0),
+      TinyRun(Mx(SavePolicy::kQuantized, SavePolicy::kQuantized, true), 0),
+      TinyRun(Mx(SavePolicy::kAuto, SavePolicy::kAuto, true), 0)};
+  runs[0].name = "bf16";
+  runs[1].name = "mxfp8-quantized";
+  runs[2].name = "mxfp8-auto";
+  const int64_t warmup = 2, rounds = 3;
+  const std::vector<StepBenchResult> results = RunStepBench(runs, TinyCorpus(), warmup, rounds);
+  ASSERT_EQ(results.size(), runs.size());
+  for (size_t i = 0; i < runs.size(); ++i) {
+    SCOPED_TRACE(runs[i].name);
+    const StepBenchResult& b = results[i];
+    EXPECT_EQ(b.name, runs[i].name);
+    TrainConfig alone = runs[i];
+    alone.steps = warmup + rounds;
+    const TrainResult t = Train(alone, TinyCorpus());
+    ASSERT_EQ(b.steps.size(), t.steps.size());
+    for (size_t k = 0; k < t.steps.size(); ++k) {
+      EXPECT_EQ(b.steps[k].step, t.steps[k].step);
+      for (auto field : {&StepMetrics::train_loss, &StepMetrics::aux_loss, &StepMetrics::grad_norm,
+                         &StepMetrics::lr}) {
+        EXPECT_EQ(std::memcmp(&(b.steps[k].*field), &(t.steps[k].*field), sizeof(double)), 0)
+            << "step " << t.steps[k].step << ": " << b.steps[k].*field << " vs "
+            << t.steps[k].*field;
+      }
+      EXPECT_GT(b.steps[k].step_ms, 0);
+    }
+    EXPECT_GT(b.step_ms, 0);
+    EXPECT_LE(b.min_step_ms, b.step_ms);
+    EXPECT_GT(b.ratio, 0);
+  }
+  EXPECT_EQ(results[0].ratio, 1.0);
+  EXPECT_THROW(RunStepBench(runs, TinyCorpus(), 0, 0), Error);
+  EXPECT_THROW(RunStepBench({}, TinyCorpus(), 0, 1), Error);
+  runs[1].checkpoint_path = "unused";
+  EXPECT_THROW(RunStepBench(runs, TinyCorpus(), 0, 1), Error);
 }
 
 class TrainCheckpoint : public ::testing::Test {

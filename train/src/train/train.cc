@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "mxtrain/memory.h"
+#include "mxtrain/train/step_bench.h"
 #include "train/checkpoint.h"
 
 namespace mxtrain {
@@ -302,6 +303,41 @@ int64_t AgreedStep(const Layout& l, int64_t step) {
   return step;
 }
 
+// One optimizer step, the work a step's time measures: the micro-batches' forward and
+// backward passes, the gradient sums over ranks, the clip and the AdamW update. The
+// returned metrics hold the step, its losses, gradient norm and learning rate.
+StepMetrics OptimizerStep(Model& model, AdamW& opt, const LrSchedule& schedule,
+                          const TrainConfig& config, const Corpus& corpus, const Layout& layout,
+                          int64_t step) {
+  // The mean over the global batch: every rank's micro-batches.
+  const float grad_scale = 1.0f / static_cast<float>(config.micro_batches * layout.size);
+  StepMetrics m;
+  m.step = step;
+  for (int64_t micro = 0; micro < config.micro_batches; ++micro) {
+    // Rank r draws the stream micro * W + r: one process draws what it always did.
+    const Batch b = SampleBatch(corpus.train, config.model.context, config.batch_size, config.seed,
+                                step, micro * layout.size + layout.rank);
+    const LossParts parts = model.ForwardBackward(b.ids, b.targets, b.batch, grad_scale);
+    m.train_loss += parts.loss;
+    m.aux_loss += parts.aux;
+  }
+  m.train_loss /= static_cast<double>(config.micro_batches);
+  m.aux_loss /= static_cast<double>(config.micro_batches);
+  if (layout.world != nullptr) {
+    const std::vector<double> mean = MeanOverRanks(layout.world, {m.train_loss, m.aux_loss});
+    m.train_loss = mean[0];
+    m.aux_loss = mean[1];
+  }
+  if (!std::isfinite(m.train_loss)) throw NonFiniteLossError(step, m.train_loss);
+  SumGradients(model, layout);
+  m.grad_norm = layout.world != nullptr ? ClipGradNormOverRanks(model, layout, config.clip_norm)
+                                        : ClipGradNorm(model.parameters(), config.clip_norm);
+  if (!std::isfinite(m.grad_norm)) throw NonFiniteLossError(step, m.grad_norm, "gradient norm");
+  m.lr = schedule.At(step);
+  opt.Step(m.lr, &model.cache());
+  return m;
+}
+
 }  // namespace
 
 int64_t CheckCheckpoint(const std::string& path, const TrainConfig& config, const Corpus& corpus) {
@@ -375,8 +411,6 @@ TrainResult Train(const TrainConfig& config, const Corpus& corpus) {
 
   const int64_t tokens_per_step =
       layout.size * config.micro_batches * config.batch_size * config.model.context;
-  // The mean over the global batch: every rank's micro-batches.
-  const float grad_scale = 1.0f / static_cast<float>(config.micro_batches * layout.size);
   double step_ms_total = 0;
   std::vector<double> step_times;
   ExpertWireBytes step_wire;  // this rank's, over the steps made here
@@ -387,30 +421,7 @@ TrainResult Train(const TrainConfig& config, const Corpus& corpus) {
     const ExpertWireBytes wire_before = model.wire_bytes();
     ResetMemoryPeaks();
     const Clock::time_point t0 = Clock::now();
-    StepMetrics m;
-    m.step = step;
-    for (int64_t micro = 0; micro < config.micro_batches; ++micro) {
-      // Rank r draws the stream micro * W + r: one process draws what it always did.
-      const Batch b = SampleBatch(corpus.train, config.model.context, config.batch_size,
-                                  config.seed, step, micro * layout.size + layout.rank);
-      const LossParts parts = model.ForwardBackward(b.ids, b.targets, b.batch, grad_scale);
-      m.train_loss += parts.loss;
-      m.aux_loss += parts.aux;
-    }
-    m.train_loss /= static_cast<double>(config.micro_batches);
-    m.aux_loss /= static_cast<double>(config.micro_batches);
-    if (layout.world != nullptr) {
-      const std::vector<double> mean = MeanOverRanks(layout.world, {m.train_loss, m.aux_loss});
-      m.train_loss = mean[0];
-      m.aux_loss = mean[1];
-    }
-    if (!std::isfinite(m.train_loss)) throw NonFiniteLossError(step, m.train_loss);
-    SumGradients(model, layout);
-    m.grad_norm = layout.world != nullptr ? ClipGradNormOverRanks(model, layout, config.clip_norm)
-                                          : ClipGradNorm(model.parameters(), config.clip_norm);
-    if (!std::isfinite(m.grad_norm)) throw NonFiniteLossError(step, m.grad_norm, "gradient norm");
-    m.lr = schedule.At(step);
-    opt.Step(m.lr, &model.cache());
+    StepMetrics m = OptimizerStep(model, opt, schedule, config, corpus, layout, step);
     const Clock::time_point t1 = Clock::now();
     const MemoryReport mem = ReadMemory();
     const WeightCacheStats after = model.cache().stats();
@@ -493,6 +504,70 @@ TrainResult Train(const TrainConfig& config, const Corpus& corpus) {
     result.final_val_loss = EvalLoss(model, corpus.val, config);
   result.seconds = Ms(run_start, Clock::now()) / 1000.0;
   return result;
+}
+
+std::vector<StepBenchResult> RunStepBench(const std::vector<TrainConfig>& runs,
+                                          const Corpus& corpus, int64_t warmup, int64_t rounds) {
+  MXTRAIN_CHECK(!runs.empty(), "bench train: no runs");
+  MXTRAIN_CHECK(warmup >= 0 && rounds >= 1, "bench train: needs warmup >= 0 and rounds >= 1, got ",
+                warmup, " and ", rounds);
+  struct Run {
+    TrainConfig config;
+    Layout layout;
+    std::unique_ptr<Model> model;
+    std::unique_ptr<AdamW> opt;
+    LrSchedule schedule;
+    std::vector<double> ms;  // the timed rounds'
+    StepBenchResult result;
+  };
+  std::vector<Run> state(runs.size());
+  for (size_t i = 0; i < runs.size(); ++i) {
+    Run& r = state[i];
+    r.config = runs[i];
+    r.config.steps = warmup + rounds;
+    Validate(r.config);
+    MXTRAIN_CHECK(r.config.world == nullptr || r.config.world->size() == 1,
+                  "bench train: runs in one process");
+    MXTRAIN_CHECK(r.config.resume_path.empty() && r.config.checkpoint_path.empty(),
+                  "bench train: no checkpoints or resumes");
+    MXTRAIN_CHECK(static_cast<int64_t>(corpus.train.size()) > r.config.model.context,
+                  "bench train: ", corpus.source, " is too small for a context of ",
+                  r.config.model.context);
+    r.layout = MakeLayout(r.config);
+    r.model = std::make_unique<Model>(r.config.model, r.config.recipe, r.config.seed,
+                                      r.config.threads, r.layout.Experts(r.config));
+    r.opt = std::make_unique<AdamW>(r.model->parameters(), r.config.adam);
+    r.schedule = r.config.lr;
+    r.schedule.total_steps = r.config.steps;
+    for (const auto& p : r.model->parameters()) p->ZeroMainGrad();
+    r.result.name = r.config.name;
+  }
+  const size_t n = state.size();
+  for (int64_t round = 0; round < warmup + rounds; ++round) {
+    for (size_t k = 0; k < n; ++k) {
+      Run& r = state[(static_cast<size_t>(round) + k) % n];
+      const Clock::time_point t0 = Clock::now();
+      StepMetrics m =
+          OptimizerStep(*r.model, *r.opt, r.schedule, r.config, corpus, r.layout, round + 1);
+      m.step_ms = Ms(t0, Clock::now());
+      if (round >= warmup) r.ms.push_back(m.step_ms);
+      r.result.steps.push_back(m);
+    }
+  }
+  const auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  std::vector<StepBenchResult> out;
+  for (Run& r : state) {
+    std::vector<double> ratios;
+    for (size_t j = 0; j < r.ms.size(); ++j) ratios.push_back(r.ms[j] / state[0].ms[j]);
+    r.result.step_ms = median(r.ms);
+    r.result.min_step_ms = *std::min_element(r.ms.begin(), r.ms.end());
+    r.result.ratio = median(ratios);
+    out.push_back(std::move(r.result));
+  }
+  return out;
 }
 
 }  // namespace mxtrain
