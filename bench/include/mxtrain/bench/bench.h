@@ -240,7 +240,8 @@ struct GemmBenchResult {
 };
 
 // Measures the peaks (once a process), warms up (GemmBench::WarmUp), then alternates MX,
-// oneDNN and (grouped cases) the dense twin `reps` times each; medians.
+// oneDNN and (grouped cases) the dense twin `reps` times each, or as many times as give the
+// MX GEMM about 200 ms of calls where that is more (small cases, at most 2000); medians.
 GemmBenchResult MeasureGemmBench(const GemmBenchCase& c, int reps);
 // One JSON line: {"case", "kind", "gemm", "m", "n", "k", "groups", "ms", "gflops",
 // "onednn_gflops", "ratio", "baseline", "amx_peak_gflops", "peak_gflops", "peak_kind",
