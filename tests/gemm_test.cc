@@ -19,6 +19,8 @@
 #include "gemm/operand.h"
 #include "gemm_test_util.h"
 #include "mxtrain/error.h"
+#include "mxtrain/format/e8m0.h"
+#include "mxtrain/format/element.h"
 #include "mxtrain/quantize.h"
 #include "mxtrain/simd.h"
 #include "mxtrain/testing.h"
@@ -419,6 +421,67 @@ TEST_P(GemmSimdF32PerTarget, AgainstOracle) {
                    EXPECT_TRUE(testing_util::BytesEqual(acc, other)) << threads;
                    return acc;
                  });
+  }
+}
+
+// Every finite code of both formats, under scale bytes from 2^-7 to 2^8, decodes in the
+// simd-f32 packs (rowwise operands through the transposing pack, columnwise ones a K step at
+// a time) to the tables' value times the scale: a GEMM against an identity operand (codes
+// of 1.0, scale 2^0) gives back each decoded element, a sum with exact zeros.
+TEST_P(GemmSimdF32PerTarget, PacksDecodeEveryFiniteCodeAsTheTables) {
+  ForceGemmPath("simd-f32");
+  const int64_t rows = 64, k = 256;  // every row holds each of the 256 codes once
+  for (const ElementFormat format : {ElementFormat::kE4M3, ElementFormat::kE5M2}) {
+    const uint8_t one = format == ElementFormat::kE4M3 ? 0x38 : 0x3C;
+    ASSERT_EQ(DecodeElement(format, one), 1.0f);
+    const auto code_at = [&](int64_t r, int64_t c) {
+      const auto code = static_cast<uint8_t>((r * 37 + c) % 256);
+      return std::isfinite(DecodeElement(format, code)) ? code : uint8_t{0};
+    };
+    const auto scale_at = [](int64_t r, int64_t block) {
+      return static_cast<uint8_t>(120 + (r + 3 * block) % 16);
+    };
+    Tensor codes = Tensor::Empty(DType::kU8, {rows, k});
+    Tensor scales = Tensor::Empty(DType::kU8, {rows, k / 32});
+    Tensor codes_t = Tensor::Empty(DType::kU8, {k, rows});  // the same values, columnwise
+    Tensor scales_t = Tensor::Empty(DType::kU8, {k / 32, rows});
+    Tensor eye = Tensor::Empty(DType::kU8, {k, k});
+    Tensor eye_scales = Tensor::Empty(DType::kU8, {k, k / 32});
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < k; ++c) {
+        codes.mutable_data<uint8_t>()[r * k + c] = code_at(r, c);
+        codes_t.mutable_data<uint8_t>()[c * rows + r] = code_at(r, c);
+      }
+      for (int64_t b = 0; b < k / 32; ++b) {
+        scales.mutable_data<uint8_t>()[r * (k / 32) + b] = scale_at(r, b);
+        scales_t.mutable_data<uint8_t>()[b * rows + r] = scale_at(r, b);
+      }
+    }
+    for (int64_t i = 0; i < k * k; ++i) eye.mutable_data<uint8_t>()[i] = i / k == i % k ? one : 0;
+    std::fill_n(eye_scales.mutable_data<uint8_t>(), k * k / 32, uint8_t{127});
+    const MxTensor a(codes, scales, format, ScaleRule::kRceil, BlockAxis::kRowwise);
+    const MxTensor a_t(codes_t, scales_t, format, ScaleRule::kRceil, BlockAxis::kColumnwise);
+    const MxTensor e_row(eye, eye_scales, format, ScaleRule::kRceil, BlockAxis::kRowwise);
+    const MxTensor e_col(eye, eye_scales.Reshape({k / 32, k}), format, ScaleRule::kRceil,
+                         BlockAxis::kColumnwise);
+    GemmOptions g;
+    g.threads = 2;
+    const Tensor fprop = MxGemm(a, e_row, g);    // [rows, k]: A B^T
+    const Tensor wgrad = MxGemm(a_t, e_col, g);  // [rows, k]: A_t^T B
+    ASSERT_EQ(fprop.shape(), Shape({rows, k}));
+    ASSERT_EQ(wgrad.shape(), Shape({rows, k}));
+    int checked = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < k; ++c) {
+        const float want = DecodeElement(format, code_at(r, c)) * DecodeE8M0(scale_at(r, c / 32));
+        ASSERT_EQ(fprop.data<float>()[r * k + c], want)
+            << Name(format) << " fprop row " << r << " code " << int{code_at(r, c)};
+        ASSERT_EQ(wgrad.data<float>()[r * k + c], want)
+            << Name(format) << " wgrad row " << r << " code " << int{code_at(r, c)};
+        ++checked;
+      }
+    }
+    EXPECT_EQ(checked, rows * k);
   }
 }
 

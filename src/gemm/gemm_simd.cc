@@ -172,21 +172,44 @@ HWY_INLINE bool ScaleFactors(const uint8_t* HWY_RESTRICT scales, V& factor) {
 }
 
 // Lanes() codes to fp32 times `factor` (ScaleFactors), as the tables give them (value[code]
-// * scale[byte], the same two exact factors and the same product), built from the bits: a
-// normal code's exponent and mantissa shifted into place and rebased, a subnormal one
-// (exponent field 0) converted from its integer mantissa and scaled, the sign OR-ed in. No
+// * scale[byte], the same two exact factors and the same product), built from the bits. No
 // denormal is formed on the way, so a caller's flush-to-zero or denormals-are-zero mode
-// changes nothing. False, and nothing stored, if any lane is a NaN or infinity code.
+// changes nothing. False, and nothing stored, if any lane is a NaN or infinity code (E4M3
+// has only NaN, magnitude 0x7F; E5M2 infinity 0x7C and NaN 0x7D-0x7F).
 template <ElementFormat kFormat>
 HWY_INLINE bool DecodeTimes(const uint8_t* HWY_RESTRICT codes, V factor, float* HWY_RESTRICT out) {
   const D d;
-  const hn::RebindToSigned<D> di;
   constexpr bool kE4M3 = kFormat == ElementFormat::kE4M3;
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+  // F16C (every x86 target from AVX2 up): a code is the top of an fp16 pattern. E5M2 is
+  // fp16's top byte as it is; E4M3's exponent and mantissa shifted into fp16's (the sign
+  // carried from bit 14 to 15) are the value times 2^-8, normal and subnormal codes alike
+  // (fp16 has one more exponent bit and seven more mantissa bits). vcvtph2ps converts an
+  // fp16 subnormal to the exact fp32 normal (the kernels run without denormals-are-zero,
+  // fp_env.h, and F16C does not apply it to fp16 inputs: checked on Zen 4), so times 2^8
+  // each value is the tables' exactly. Four vector uops fewer per vector than the integer
+  // form below: 1024 x 128 x 128, min of 1000 calls, one AVX2 thread fprop 352 -> 347 us
+  // and wgrad 401 -> 392; two threads within 1% on AVX2, fprop 175 -> 172 on AVX-512.
+  const hn::Rebind<uint16_t, D> d16;
+  const auto c = hn::PromoteTo(d16, hn::LoadU(hn::Rebind<uint8_t, D>(), codes));
+  const auto special = hn::Set(d16, kE4M3 ? 0x7F : 0x7C);  // all these bits: NaN or Inf
+  if (HWY_UNLIKELY(!hn::AllFalse(d16, hn::Eq(hn::And(c, special), special)))) return false;
+  hn::Vec<decltype(d16)> half;
+  if constexpr (kE4M3) {
+    const auto t = hn::ShiftLeft<7>(c);  // the sign lands on bit 14: carried to 15
+    half = hn::Add(t, hn::And(t, hn::Set(d16, 0x4000)));
+  } else {
+    half = hn::ShiftLeft<8>(c);
+  }
+  V value = hn::PromoteTo(d, hn::BitCast(hn::Rebind<hwy::float16_t, D>(), half));
+  if constexpr (kE4M3) value = hn::Mul(value, hn::Set(d, 256.0f));
+#else
+  // A normal code's exponent and mantissa shifted into place and rebased, a subnormal one
+  // (exponent field 0) converted from its integer mantissa and scaled, the sign OR-ed in.
+  const hn::RebindToSigned<D> di;
   constexpr int kMantBits = kE4M3 ? 3 : 2;
   constexpr int kBias = kE4M3 ? 7 : 15;
-  // Magnitudes from here on are infinity or NaN: E4M3 has only NaN (0x7F), E5M2 infinity
-  // (0x7C) and NaN (0x7D-0x7F).
-  constexpr int kFirstSpecial = kE4M3 ? 0x7F : 0x7C;
+  constexpr int kFirstSpecial = kE4M3 ? 0x7F : 0x7C;  // magnitudes from here on
   const auto c = hn::PromoteTo(di, hn::LoadU(hn::Rebind<uint8_t, D>(), codes));
   const auto mag = hn::And(c, hn::Set(di, 0x7F));
   if (HWY_UNLIKELY(!hn::AllFalse(di, hn::Gt(mag, hn::Set(di, kFirstSpecial - 1))))) return false;
@@ -199,6 +222,7 @@ HWY_INLINE bool DecodeTimes(const uint8_t* HWY_RESTRICT codes, V factor, float* 
   const V magnitude = hn::IfThenElse(is_sub, sub, hn::BitCast(d, normal_bits));
   const V value =
       hn::Or(magnitude, hn::BitCast(d, hn::ShiftLeft<24>(hn::And(c, hn::Set(di, 0x80)))));
+#endif
   hn::StoreU(hn::Mul(value, factor), d, out);
   return true;
 }
