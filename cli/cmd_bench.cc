@@ -88,9 +88,6 @@ bool CaseMatches(const std::string& name, const std::string& selector) {
 }
 
 int RunQuantizeBench(const ParsedArgs& args) {
-  for (const char* flag : {"path", "baseline"}) {
-    MXTRAIN_CHECK(!args.Has(flag), "--", flag, " is a flag of mxtrain bench gemm");
-  }
   const int reps = static_cast<int>(ParseInt(args.Get("reps", "9"), "--reps", 1, 1000));
   const int64_t threads =
       args.Has("threads") ? ParseInt(args.Get("threads"), "--threads", 1, 2) : 0;
@@ -133,9 +130,6 @@ int RunQuantizeBench(const ParsedArgs& args) {
 }
 
 int RunGemmBench(const ParsedArgs& args) {
-  for (const char* flag : {"dtype", "shape", "simd", "code-stores"}) {
-    MXTRAIN_CHECK(!args.Has(flag), "--", flag, " is a flag of mxtrain bench quantize");
-  }
   const int reps = static_cast<int>(ParseInt(args.Get("reps", "3"), "--reps", 1, 1000));
   const int threads = args.Has("threads")
                           ? static_cast<int>(ParseInt(args.Get("threads"), "--threads", 1, 1024))
@@ -172,9 +166,6 @@ int RunGemmBench(const ParsedArgs& args) {
 }
 
 int RunOpsBench(const ParsedArgs& args) {
-  for (const char* flag : {"dtype", "shape", "simd", "code-stores", "path", "baseline"}) {
-    MXTRAIN_CHECK(!args.Has(flag), "--", flag, " is not a flag of mxtrain bench ops");
-  }
   const int reps = static_cast<int>(ParseInt(args.Get("reps", "3"), "--reps", 1, 1000));
   const int threads = args.Has("threads")
                           ? static_cast<int>(ParseInt(args.Get("threads"), "--threads", 1, 1024))
@@ -201,11 +192,6 @@ int RunOpsBench(const ParsedArgs& args) {
 
 // Several processes: rank 0 prints; a rank that fails ends the job (as mxtrain train).
 int RunEpBenchCommand(const ParsedArgs& args) {
-  for (const char* flag :
-       {"dtype", "shape", "simd", "code-stores", "path", "baseline", "case", "reps", "tokens",
-        "hidden", "runs", "recipe", "scale", "rounds", "warmup-rounds"}) {
-    MXTRAIN_CHECK(!args.Has(flag), "--", flag, " is not a flag of mxtrain bench ep");
-  }
   MXTRAIN_CHECK(LaunchedWorldSize() > 1,
                 "bench ep needs several processes: mpirun -np 2 mxtrain bench ep");
   const std::unique_ptr<Communicator> world = WorldCommunicator();
@@ -231,10 +217,6 @@ int RunEpBenchCommand(const ParsedArgs& args) {
 
 // The runs of mxtrain train stepped side by side (step_bench.h).
 int RunTrainBench(const ParsedArgs& args) {
-  for (const char* flag : {"dtype", "shape", "simd", "code-stores", "path", "baseline", "case",
-                           "reps", "steps", "tokens", "hidden"}) {
-    MXTRAIN_CHECK(!args.Has(flag), "--", flag, " is not a flag of mxtrain bench train");
-  }
   const std::vector<RunSpec> specs = RunSpecs(args);
   const TrainConfig base = BaseTrainConfig(args, nullptr);
   const int64_t rounds = ParseInt(args.Get("rounds", "40"), "--rounds", 1, 1000000);
@@ -253,6 +235,24 @@ int RunTrainBench(const ParsedArgs& args) {
   return 0;
 }
 
+// Each benchmark and its flags.
+struct BenchCommand {
+  std::string_view name;
+  std::vector<std::string_view> flags;
+  int (*run)(const ParsedArgs& args);
+};
+const BenchCommand kBenchCommands[] = {
+    {"quantize",
+     {"reps", "threads", "dtype", "case", "shape", "simd", "code-stores"},
+     RunQuantizeBench},
+    {"gemm", {"reps", "threads", "case", "path", "baseline"}, RunGemmBench},
+    {"ops", {"reps", "threads", "case", "tokens", "hidden"}, RunOpsBench},
+    {"ep", {"steps", "model", "threads"}, RunEpBenchCommand},
+    {"train",
+     {"runs", "recipe", "scale", "model", "threads", "rounds", "warmup-rounds"},
+     RunTrainBench},
+};
+
 }  // namespace
 
 int RunBench(const std::vector<std::string>& argv) {
@@ -260,26 +260,16 @@ int RunBench(const std::vector<std::string>& argv) {
   if (std::find(argv.begin(), argv.end(), "train") != argv.end()) {
     ExecWithTrainingWaitPolicy({"bench"}, argv);
   }
-  const ParsedArgs args = ParsedArgs::Parse(argv, "mxtrain bench",
-                                            {{"reps"},
-                                             {"threads"},
-                                             {"dtype"},
-                                             {"case"},
-                                             {"shape"},
-                                             {"simd"},
-                                             {"code-stores"},
-                                             {"path"},
-                                             {"baseline"},
-                                             {"tokens"},
-                                             {"hidden"},
-                                             {"steps"},
-                                             {"model"},
-                                             {"runs"},
-                                             {"recipe"},
-                                             {"scale"},
-                                             {"rounds"},
-                                             {"warmup-rounds"},
-                                             {"list", false}});
+  std::vector<FlagSpec> flags = {{"list", false}};
+  for (const BenchCommand& b : kBenchCommands) {
+    for (std::string_view f : b.flags) {
+      if (std::none_of(flags.begin(), flags.end(),
+                       [&](const FlagSpec& s) { return s.name == f; })) {
+        flags.push_back({f});
+      }
+    }
+  }
+  const ParsedArgs args = ParsedArgs::Parse(argv, "mxtrain bench", flags);
   if (args.help()) {
     std::cout << kUsage << "\n";
     return 0;
@@ -288,24 +278,18 @@ int RunBench(const std::vector<std::string>& argv) {
     PrintList();
     return 0;
   }
-  MXTRAIN_CHECK(args.positional().size() == 1 &&
-                    (args.positional()[0] == "quantize" || args.positional()[0] == "gemm" ||
-                     args.positional()[0] == "ops" || args.positional()[0] == "ep" ||
-                     args.positional()[0] == "train"),
-                kUsage);
-  if (args.positional()[0] == "ep") return RunEpBenchCommand(args);
-  if (args.positional()[0] == "train") return RunTrainBench(args);
-  for (const char* flag : {"runs", "recipe", "scale", "rounds", "warmup-rounds"}) {
-    MXTRAIN_CHECK(!args.Has(flag), "--", flag, " is a flag of mxtrain bench train");
+  MXTRAIN_CHECK(args.positional().size() == 1, kUsage);
+  for (const BenchCommand& b : kBenchCommands) {
+    if (args.positional()[0] != b.name) continue;
+    // A flag of another benchmark is an error here, not ignored.
+    for (const FlagSpec& f : flags) {
+      MXTRAIN_CHECK(f.name == "list" || !args.Has(f.name) ||
+                        std::find(b.flags.begin(), b.flags.end(), f.name) != b.flags.end(),
+                    "--", f.name, " is not a flag of mxtrain bench ", b.name);
+    }
+    return b.run(args);
   }
-  MXTRAIN_CHECK(!args.Has("steps"), "--steps is a flag of mxtrain bench ep");
-  MXTRAIN_CHECK(!args.Has("model"), "--model is a flag of mxtrain bench ep and train");
-  for (const char* flag : {"tokens", "hidden"}) {
-    MXTRAIN_CHECK(args.positional()[0] == "ops" || !args.Has(flag), "--", flag,
-                  " is a flag of mxtrain bench ops");
-  }
-  if (args.positional()[0] == "ops") return RunOpsBench(args);
-  return args.positional()[0] == "gemm" ? RunGemmBench(args) : RunQuantizeBench(args);
+  Fail(kUsage);
 }
 
 }  // namespace mxtrain::cli
