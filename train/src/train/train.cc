@@ -22,6 +22,13 @@ double Ms(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
 }
 
+// The upper median of a non-empty list (the middle one of an odd count).
+template <typename T>
+T Median(std::vector<T> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
 void Validate(const TrainConfig& c) {
   c.model.Validate();
   MXTRAIN_CHECK(c.steps >= 1, "train: steps must be >= 1, got ", c.steps);
@@ -473,10 +480,7 @@ TrainResult Train(const TrainConfig& config, const Corpus& corpus) {
   {
     std::vector<int64_t> wire;
     for (const StepMetrics& m : result.steps) wire.push_back(m.wire_bytes);
-    if (!wire.empty()) {
-      std::sort(wire.begin(), wire.end());
-      result.wire_bytes_per_step = wire[wire.size() / 2];
-    }
+    if (!wire.empty()) result.wire_bytes_per_step = Median(wire);
   }
   for (const StepMetrics& m : result.steps) {
     result.peak_bytes = std::max(result.peak_bytes, m.peak_bytes);
@@ -491,8 +495,7 @@ TrainResult Train(const TrainConfig& config, const Corpus& corpus) {
     }
   }
   if (!step_times.empty()) {
-    std::sort(step_times.begin(), step_times.end());
-    result.step_ms = step_times[step_times.size() / 2];
+    result.step_ms = Median(step_times);
     result.tokens_per_s =
         static_cast<double>(tokens_per_step * static_cast<int64_t>(step_times.size())) /
         (step_ms_total / 1000.0);
@@ -554,17 +557,13 @@ std::vector<StepBenchResult> RunStepBench(const std::vector<TrainConfig>& runs,
       r.result.steps.push_back(m);
     }
   }
-  const auto median = [](std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-  };
   std::vector<StepBenchResult> out;
   for (Run& r : state) {
     std::vector<double> ratios;
     for (size_t j = 0; j < r.ms.size(); ++j) ratios.push_back(r.ms[j] / state[0].ms[j]);
-    r.result.step_ms = median(r.ms);
+    r.result.step_ms = Median(r.ms);
     r.result.min_step_ms = *std::min_element(r.ms.begin(), r.ms.end());
-    r.result.ratio = median(ratios);
+    r.result.ratio = Median(ratios);
     out.push_back(std::move(r.result));
   }
   return out;
