@@ -424,6 +424,42 @@ TEST_P(GemmSimdF32PerTarget, AgainstOracle) {
   }
 }
 
+// A tile that needs the exact path (here: a row of A scaled to ~2^-125) makes the kernel
+// leave every register block touching it, and each such block's other tiles go to the
+// exact path too, and so on until blocks and 16-row tiles align (48 rows for the 6-row
+// blocks of AVX2, 112 for AVX-512's 14). Every row must then be computed by one or the
+// other: rows past the first tile's neighbours were once left to no one (zeros, or the
+// accumulator). Tiny rows at and across such boundaries, overwriting and accumulating,
+// on 1 and 2 threads, each against the oracle.
+TEST_P(GemmSimdF32PerTarget, ExactTilesCoverEveryRowOfTheirBlocks) {
+  ForceGemmPath("simd-f32");
+  const std::string& target = GetParam();
+  uint64_t seed = 4000;
+  for (const int64_t m : {43, 64, 100, 130}) {
+    for (const int64_t tiny : {0, 7, 47, 60, 111}) {
+      if (tiny >= m) continue;
+      const int64_t n = 50, k = 96;
+      std::vector<float> v = RandomValues(m * k, ++seed, -2, 2);
+      for (int64_t j = 0; j < k; ++j) v[tiny * k + j] = std::ldexp(v[tiny * k + j], -125);
+      const MxTensor a = QuantizeRowwise(MakeF32({m, k}, v), {});
+      const MxTensor b = QuantizeRowwise(MakeF32({n, k}, RandomValues(n * k, ++seed, -2, 2)), {});
+      const std::vector<float> before_values = RandomValues(m * n, ++seed, -1, 1);
+      const Tensor before = MakeF32({m, n}, before_values);
+      for (const int threads : {1, 2}) {
+        const std::string what =
+            StrCat(target, " ", m, " rows, row ", tiny, " tiny, threads ", threads);
+        GemmOptions o;
+        o.threads = threads;
+        ExpectWithinBound(MxGemm(a, b, o), a, b, what);
+        Tensor acc = MakeF32({m, n}, before_values);
+        o.accumulate = &acc;
+        MxGemm(a, b, o);
+        ExpectWithinBound(acc, a, b, what + " accumulating", nullptr, &before);
+      }
+    }
+  }
+}
+
 // Every finite code of both formats, under scale bytes from 2^-7 to 2^8, decodes in the
 // simd-f32 packs (rowwise operands through the transposing pack, columnwise ones a K step at
 // a time) to the tables' value times the scale: a GEMM against an identity operand (codes

@@ -191,11 +191,24 @@ std::vector<uint8_t> PlanBlocks(const GemmProblem& p, int64_t block_rows, int64_
   for (int64_t b = 0; b < blocks_i * blocks_j; ++b) {
     for_tiles(b / blocks_j, b % blocks_j, [&](int64_t t) { block_ok[b] &= safe[t]; });
   }
-  for (int64_t b = 0; b < blocks_i * blocks_j; ++b) {
-    if (!block_ok[b]) for_tiles(b / blocks_j, b % blocks_j, [&](int64_t t) { skipped[t] = 1; });
-  }
-  for (int64_t b = 0; b < blocks_i * blocks_j; ++b) {
-    for_tiles(b / blocks_j, b % blocks_j, [&](int64_t t) { block_ok[b] &= !skipped[t]; });
+  // Every tile of a block the kernel leaves goes to the exact path, and every block touching
+  // such a tile is left, until nothing changes: where blocks and tiles do not align (the
+  // simd-f32 path's 6- or 14-row blocks over 16-row tiles) a left block reaches into the
+  // next tile, whose other blocks then reach further, up to a row where both align (48 or
+  // 112 rows). One round of each left rows of such a block to no one (their tile never
+  // listed): zeros, or the accumulator, in the result.
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (int64_t b = 0; b < blocks_i * blocks_j; ++b) {
+      if (block_ok[b]) continue;
+      for_tiles(b / blocks_j, b % blocks_j, [&](int64_t t) {
+        changed |= skipped[t] == 0;
+        skipped[t] = 1;
+      });
+    }
+    for (int64_t b = 0; b < blocks_i * blocks_j; ++b) {
+      for_tiles(b / blocks_j, b % blocks_j, [&](int64_t t) { block_ok[b] &= !skipped[t]; });
+    }
   }
   return block_ok;
 }
