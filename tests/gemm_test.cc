@@ -460,6 +460,56 @@ TEST_P(GemmSimdF32PerTarget, ExactTilesCoverEveryRowOfTheirBlocks) {
   }
 }
 
+// Small outputs over a long K split the K chunks between the threads (gemm_simd.cc,
+// RunGemmSplitK): the first thread adds its chunks into C, the others sum theirs into
+// partials that are added after, in chunk order. Every element must be the one-thread
+// schedule's, bit for bit: wgrad over 1100 tokens (five chunks, the last partial), fprop and
+// dgrad over 600, edge rows and columns, a row of A that takes the exact path, overwriting
+// and accumulating, on 2 and 3 threads; and each within the oracle's bound.
+TEST_P(GemmSimdF32PerTarget, SplitKIsTheOneThreadSchedule) {
+  ForceGemmPath("simd-f32");
+  const std::string& target = GetParam();
+  const Operands wide = MakeTrainingOperands(1100, 45, 70, 3030, -3, 3);  // wgrad: 45 x 70
+  const Operands deep = MakeTrainingOperands(37, 600, 29, 3031, -3, 3);   // dgrad: 37 x 29
+  std::vector<float> v = RandomValues(43 * 600, 3032, -2, 2);
+  for (int k = 0; k < 600; ++k) v[7 * 600 + k] = std::ldexp(v[7 * 600 + k], -125);
+  const MxTensor exact_row = QuantizeRowwise(MakeF32({43, 600}, v), {});
+  const MxTensor b = QuantizeRowwise(MakeF32({50, 600}, RandomValues(50 * 600, 3033, -2, 2)), {});
+  const struct {
+    const char* name;
+    const MxTensor &x, &y;
+    int64_t rows, cols;
+  } cases[] = {{"wgrad", wide.dy_col, wide.x_col, 45, 70},
+               {"dgrad", deep.dy_row, deep.w_col, 37, 29},
+               {"fprop with an exact row", exact_row, b, 43, 50}};
+  for (const auto& c : cases) {
+    const std::vector<float> before = RandomValues(c.rows * c.cols, 3034, -1, 1);
+    for (const bool accumulate : {false, true}) {
+      const auto run = [&](int threads) {
+        Tensor out = MakeF32({c.rows, c.cols}, before);
+        GemmOptions o;
+        o.threads = threads;
+        if (accumulate) {
+          o.accumulate = &out;
+          MxGemm(c.x, c.y, o);
+          return out;
+        }
+        return MxGemm(c.x, c.y, o);
+      };
+      const Tensor one = run(1);
+      const std::string what =
+          StrCat(target, " ", c.name, accumulate ? " accumulating" : " overwriting");
+      const Tensor* acc_before = nullptr;
+      const Tensor before_t = MakeF32({c.rows, c.cols}, before);
+      if (accumulate) acc_before = &before_t;
+      testing_util::BoundOracle(c.x, c.y, nullptr, acc_before).Check(one, what);
+      for (const int threads : {2, 3}) {
+        EXPECT_TRUE(testing_util::BytesEqual(run(threads), one)) << what << " threads " << threads;
+      }
+    }
+  }
+}
+
 // Every finite code of both formats, under scale bytes from 2^-7 to 2^8, decodes in the
 // simd-f32 packs (rowwise operands through the transposing pack, columnwise ones a K step at
 // a time) to the tables' value times the scale: a GEMM against an identity operand (codes

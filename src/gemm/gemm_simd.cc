@@ -477,6 +477,135 @@ void PackPanel(const GemmOperand& op, const DecodeTables& t, int64_t f0, int64_t
   }
 }
 
+// The K chunks split between the threads instead of C's rows, for small outputs over a
+// long K (the main job's weight gradients: 128 x 128 and 256 x 128 over 1024 tokens,
+// where splitting the rows gave each thread ~11 micro-panels of rows per chunk and a
+// barrier per chunk). The first thread takes the first chunks and adds them into C itself,
+// as one thread would; every other thread sums its chunks over all of C, each chunk into
+// its own partial of C's shape; then the threads add the partials into C row by row, in
+// chunk order. MicroKernel sums a chunk from zero and adds it to C, so each element is
+// formed as the one-thread schedule forms it (C + chunk 0's sum + chunk 1's ...): the same
+// bytes on every thread count. Partials of at most kSplitKBytes in all, outputs of at most
+// kSplitKOutput elements; fp32 results only (a bf16 result is rounded in the kernel).
+constexpr int64_t kSplitKBytes = 4 << 20;
+constexpr int64_t kSplitKOutput = 256 * 256;
+
+bool UsesSplitK(const GemmProblem& p) {
+  const int64_t chunks = CeilDiv(p.a.s, kKc);
+  const int64_t output = p.a.free * p.b.free;
+  return p.threads > 1 && p.bf16_out == nullptr && chunks >= p.threads && p.b.free <= kNcMax &&
+         output <= kSplitKOutput &&
+         output * chunks * static_cast<int64_t>(sizeof(float)) <= kSplitKBytes;
+}
+
+void RunGemmSplitK(const GemmProblem& p, const std::vector<uint8_t>& block_ok,
+                   const DecodeTables& ta, const DecodeTables& tb) {
+  const int64_t nr = kNr;
+  const int64_t rows = p.a.free, cols = p.b.free, s = p.a.s;
+  const int64_t blocks_j = CeilDiv(cols, nr);
+  const int64_t row_panels = CeilDiv(rows, kMr), col_panels = blocks_j;
+  const int64_t mc_panels = std::max<int64_t>(1, kABlockBytes / (kMr * kKc * 4));
+  const int64_t chunks = CeilDiv(s, kKc);
+  const int64_t plane = rows * cols;
+  // At most the chunks past the first thread's share (the team may be smaller than asked).
+  Tensor partials = Tensor::Empty(DType::kF32, {(chunks - chunks / p.threads) * plane},
+                                  MemoryCategory::kWorkspace);
+  float* part = partials.mutable_data<float>();
+
+#pragma omp parallel num_threads(p.threads)
+  {
+    const internal::ScopedFpEnv fp_env;
+    Tensor b_pack = Tensor::Empty(DType::kF32, {col_panels * kKc * nr + kPackSpill},
+                                  MemoryCategory::kWorkspace);
+    Tensor a_pack = Tensor::Empty(DType::kF32, {mc_panels * kMr * kKc + kPackSpill},
+                                  MemoryCategory::kWorkspace);
+    Tensor step = Tensor::Empty(DType::kF32, {std::max(col_panels * nr, mc_panels * kMr)},
+                                MemoryCategory::kWorkspace);
+    float* bp = b_pack.mutable_data<float>();
+    float* ap = a_pack.mutable_data<float>();
+    MXTRAIN_DCHECK(reinterpret_cast<uintptr_t>(bp) % 64 == 0 &&
+                   reinterpret_cast<uintptr_t>(ap) % 64 == 0);
+    alignas(64) float edge[kMr * 2 * HWY_MAX_BYTES / sizeof(float)];
+    // Chunks [0, direct) go straight into C (the first thread's share, as ThreadShare splits
+    // them); chunk g >= direct into partial g - direct.
+    const int64_t direct = chunks / omp_get_num_threads();
+    const ThreadShare my_chunks(chunks);
+    MXTRAIN_DCHECK(omp_get_thread_num() > 0 || my_chunks.end == direct);
+    for (int64_t g = my_chunks.begin; g < my_chunks.end; ++g) {
+      const int64_t k0 = g * kKc, kc = std::min(kKc, s - k0);
+      const bool into_c = g < direct;
+      const bool add = into_c && (k0 > 0 || !p.overwrite);
+      float* pg = into_c ? p.c : part + (g - direct) * plane;
+      if (p.b.contract_rows) {
+        PackColumnwise<kNr>(p.b, tb, 0, col_panels, k0, kc, bp, step.mutable_data<float>());
+      } else {
+        for (int64_t jp = 0; jp < col_panels; ++jp) {
+          PackPanel(p.b, tb, jp * nr, nr, k0, kc, bp + jp * kKc * nr);
+        }
+      }
+      for (int64_t ic = 0; ic < row_panels; ic += mc_panels) {
+        const int64_t ic_end = std::min(row_panels, ic + mc_panels);
+        if (p.a.contract_rows) {
+          PackColumnwise<kMr>(p.a, ta, ic * kMr, ic_end - ic, k0, kc, ap,
+                              step.mutable_data<float>());
+        } else {
+          for (int64_t ip = ic; ip < ic_end; ++ip) {
+            PackPanel(p.a, ta, ip * kMr, kMr, k0, kc, ap + (ip - ic) * kKc * kMr);
+          }
+        }
+        for (int64_t jp = 0; jp < col_panels; ++jp) {
+          for (int64_t ip = ic; ip < ic_end; ++ip) {
+            if (!block_ok[ip * blocks_j + jp]) continue;
+            const float* a = ap + (ip - ic) * kKc * kMr;
+            const float* b = bp + jp * kKc * nr;
+            const int64_t i0 = ip * kMr, j0 = jp * nr;
+            const int64_t h = std::min(kMr, rows - i0), w = std::min(nr, cols - j0);
+            float* c = pg + i0 * cols + j0;
+            if (h == kMr && w == nr) {
+              MicroKernel(a, b, kc, c, cols, add);
+              continue;
+            }
+            MicroKernel(a, b, kc, edge, nr, /*add=*/false);
+            for (int64_t r = 0; r < h; ++r) {
+              for (int64_t j = 0; j < w; ++j) {
+                c[r * cols + j] = add ? c[r * cols + j] + edge[r * nr + j] : edge[r * nr + j];
+              }
+            }
+          }
+        }
+      }
+    }
+#pragma omp barrier
+    // C (holding chunks [0, direct)) + the next chunk's sum + ..., over the blocks this path
+    // computes (the others are the exact path's, untouched).
+    const D d;
+    const int64_t n = static_cast<int64_t>(hn::Lanes(d));
+    const ThreadShare my_rows(rows);
+    for (int64_t i = my_rows.begin; i < my_rows.end; ++i) {
+      const uint8_t* ok = block_ok.data() + (i / kMr) * blocks_j;
+      float* c = p.c + i * cols;
+      const float* pi = part + i * cols;
+      for (int64_t jp = 0; jp < blocks_j; ++jp) {
+        if (!ok[jp]) continue;
+        const int64_t j1 = std::min(cols, (jp + 1) * nr);
+        int64_t j = jp * nr;
+        for (; j + n <= j1; j += n) {
+          V v = hn::LoadU(d, c + j);
+          for (int64_t g = 0; g < chunks - direct; ++g) {
+            v = hn::Add(v, hn::LoadU(d, pi + g * plane + j));
+          }
+          hn::StoreU(v, d, c + j);
+        }
+        for (; j < j1; ++j) {
+          float v = c[j];
+          for (int64_t g = 0; g < chunks - direct; ++g) v += pi[g * plane + j];
+          c[j] = v;
+        }
+      }
+    }
+  }
+}
+
 void RunGemm(const GemmProblem& p, std::vector<uint8_t>& skipped) {
   const int64_t nr = kNr;
   const int64_t rows = p.a.free, cols = p.b.free, s = p.a.s;
@@ -486,6 +615,10 @@ void RunGemm(const GemmProblem& p, std::vector<uint8_t>& skipped) {
   const int64_t nc_panels = std::min(col_panels, kNcMax / nr);
   const int64_t mc_panels = std::max<int64_t>(1, kABlockBytes / (kMr * kKc * 4));
   const DecodeTables ta(p.a.format), tb(p.b.format);
+  if (UsesSplitK(p)) {
+    RunGemmSplitK(p, block_ok, ta, tb);
+    return;
+  }
   // B panel of one (column block, K chunk): nc_panels micro-panels of [kKc][nr]; a group's
   // chunks one after another. A block likewise, per thread.
   const int64_t b_chunk = nc_panels * kKc * nr, a_chunk = mc_panels * kMr * kKc;
