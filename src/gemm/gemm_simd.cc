@@ -477,6 +477,44 @@ void PackPanel(const GemmOperand& op, const DecodeTables& t, int64_t f0, int64_t
   }
 }
 
+// Rows [ic, ic_end) micro-panels of A over K [k0, k0 + kc) into dst (micro-panel ip at
+// dst + (ip - ic) kKc kMr): a columnwise operand a K step at a time across the block, a
+// rowwise one panel by panel.
+HWY_INLINE void PackABlock(const GemmOperand& a, const DecodeTables& t, int64_t ic, int64_t ic_end,
+                           int64_t k0, int64_t kc, float* dst, float* step) {
+  if (a.contract_rows) {
+    PackColumnwise<kMr>(a, t, ic * kMr, ic_end - ic, k0, kc, dst, step);
+    return;
+  }
+  for (int64_t ip = ic; ip < ic_end; ++ip) {
+    PackPanel(a, t, ip * kMr, kMr, k0, kc, dst + (ip - ic) * kKc * kMr);
+  }
+}
+
+// The h x w block of C at c (row stride ldc; h <= kMr, w <= kNr) = the micro-panels' product
+// over kc K steps, added to C where `add`; with c16, rounded (plus bias) to bf16 there
+// instead (MicroKernel). A partial block goes through a buffer.
+HWY_INLINE void ComputeBlock(const float* a, const float* b, int64_t kc, int64_t h, int64_t w,
+                             float* c, int64_t ldc, bool add, uint16_t* c16 = nullptr,
+                             const float* bias = nullptr) {
+  if (h == kMr && w == kNr) {
+    MicroKernel(a, b, kc, c, ldc, add, c16, bias);
+    return;
+  }
+  alignas(64) float edge[kMr * 2 * HWY_MAX_BYTES / sizeof(float)];
+  MicroKernel(a, b, kc, edge, kNr, false);
+  for (int64_t r = 0; r < h; ++r) {
+    for (int64_t j = 0; j < w; ++j) {
+      const float out = add ? c[r * ldc + j] + edge[r * kNr + j] : edge[r * kNr + j];
+      if (c16 == nullptr) {
+        c[r * ldc + j] = out;
+      } else {
+        c16[r * ldc + j] = F32ToBf16(bias != nullptr ? out + bias[j] : out);
+      }
+    }
+  }
+}
+
 // The K chunks split between the threads instead of C's rows, for small outputs over a
 // long K (the main job's weight gradients: 128 x 128 and 256 x 128 over 1024 tokens,
 // where splitting the rows gave each thread ~11 micro-panels of rows per chunk and a
@@ -525,7 +563,6 @@ void RunGemmSplitK(const GemmProblem& p, const std::vector<uint8_t>& block_ok,
     float* ap = a_pack.mutable_data<float>();
     MXTRAIN_DCHECK(reinterpret_cast<uintptr_t>(bp) % 64 == 0 &&
                    reinterpret_cast<uintptr_t>(ap) % 64 == 0);
-    alignas(64) float edge[kMr * 2 * HWY_MAX_BYTES / sizeof(float)];
     // Chunks [0, direct) go straight into C (the first thread's share, as ThreadShare splits
     // them); chunk g >= direct into partial g - direct.
     const int64_t direct = chunks / omp_get_num_threads();
@@ -545,32 +582,14 @@ void RunGemmSplitK(const GemmProblem& p, const std::vector<uint8_t>& block_ok,
       }
       for (int64_t ic = 0; ic < row_panels; ic += mc_panels) {
         const int64_t ic_end = std::min(row_panels, ic + mc_panels);
-        if (p.a.contract_rows) {
-          PackColumnwise<kMr>(p.a, ta, ic * kMr, ic_end - ic, k0, kc, ap,
-                              step.mutable_data<float>());
-        } else {
-          for (int64_t ip = ic; ip < ic_end; ++ip) {
-            PackPanel(p.a, ta, ip * kMr, kMr, k0, kc, ap + (ip - ic) * kKc * kMr);
-          }
-        }
+        PackABlock(p.a, ta, ic, ic_end, k0, kc, ap, step.mutable_data<float>());
         for (int64_t jp = 0; jp < col_panels; ++jp) {
           for (int64_t ip = ic; ip < ic_end; ++ip) {
             if (!block_ok[ip * blocks_j + jp]) continue;
-            const float* a = ap + (ip - ic) * kKc * kMr;
-            const float* b = bp + jp * kKc * nr;
             const int64_t i0 = ip * kMr, j0 = jp * nr;
-            const int64_t h = std::min(kMr, rows - i0), w = std::min(nr, cols - j0);
-            float* c = pg + i0 * cols + j0;
-            if (h == kMr && w == nr) {
-              MicroKernel(a, b, kc, c, cols, add);
-              continue;
-            }
-            MicroKernel(a, b, kc, edge, nr, /*add=*/false);
-            for (int64_t r = 0; r < h; ++r) {
-              for (int64_t j = 0; j < w; ++j) {
-                c[r * cols + j] = add ? c[r * cols + j] + edge[r * nr + j] : edge[r * nr + j];
-              }
-            }
+            ComputeBlock(ap + (ip - ic) * kKc * kMr, bp + jp * kKc * nr, kc,
+                         std::min(kMr, rows - i0), std::min(nr, cols - j0), pg + i0 * cols + j0,
+                         cols, add);
           }
         }
       }
@@ -647,7 +666,6 @@ void RunGemm(const GemmProblem& p, std::vector<uint8_t>& skipped) {
     Tensor a_pack =
         Tensor::Empty(DType::kF32, {group * a_chunk + kPackSpill}, MemoryCategory::kWorkspace);
     float* ap = a_pack.mutable_data<float>();
-    alignas(64) float edge[kMr * 2 * HWY_MAX_BYTES / sizeof(float)];
     // One K step of the columnwise panels this thread packs (PackColumnwise).
     Tensor step = Tensor::Empty(DType::kF32, {std::max(nc_panels * nr, mc_panels * kMr)},
                                 MemoryCategory::kWorkspace);
@@ -685,15 +703,8 @@ void RunGemm(const GemmProblem& p, std::vector<uint8_t>& skipped) {
         for (int64_t ic = rp0; ic < rp1; ic += mc_panels) {
           const int64_t ic_end = std::min(rp1, ic + mc_panels);
           for (int64_t g = 0; g < chunks; ++g) {
-            float* ag = ap + g * a_chunk;
-            if (p.a.contract_rows) {
-              PackColumnwise<kMr>(p.a, ta, ic * kMr, ic_end - ic, k0(g), kc(g), ag,
-                                  step.mutable_data<float>());
-            } else {
-              for (int64_t ip = ic; ip < ic_end; ++ip) {
-                PackPanel(p.a, ta, ip * kMr, kMr, k0(g), kc(g), ag + (ip - ic) * kKc * kMr);
-              }
-            }
+            PackABlock(p.a, ta, ic, ic_end, k0(g), kc(g), ap + g * a_chunk,
+                       step.mutable_data<float>());
           }
           const auto tile = [&](int64_t ip, int64_t jp, int64_t g) {
             if (!block_ok[ip * blocks_j + jp]) return;
@@ -707,22 +718,7 @@ void RunGemm(const GemmProblem& p, std::vector<uint8_t>& skipped) {
             const bool to_bf16 = narrow && k0(g) + kc(g) == s;
             uint16_t* c16 = to_bf16 ? p.bf16_out->data + i0 * cols + j0 : nullptr;
             const float* bias = to_bf16 && p.bf16_out->bias ? p.bf16_out->bias + j0 : nullptr;
-            if (h == kMr && w == nr) {
-              MicroKernel(a, b, kc(g), c, cols, add, c16, bias);
-              return;
-            }
-            // An edge block: through a buffer, then the part of C that exists.
-            MicroKernel(a, b, kc(g), edge, nr, false);
-            for (int64_t r = 0; r < h; ++r) {
-              for (int64_t j = 0; j < w; ++j) {
-                const float out = add ? c[r * cols + j] + edge[r * nr + j] : edge[r * nr + j];
-                if (c16 == nullptr) {
-                  c[r * cols + j] = out;
-                } else {
-                  c16[r * cols + j] = F32ToBf16(bias != nullptr ? out + bias[j] : out);
-                }
-              }
-            }
+            ComputeBlock(a, b, kc(g), h, w, c, cols, add, c16, bias);
           };
           // B micro-panel outer (in L1), A micro-panels inner (from L2), each column's
           // chunks in K order. A micro-panel in L1 with B streamed from L2 instead
