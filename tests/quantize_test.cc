@@ -288,6 +288,21 @@ TEST(CodeStores, ExplicitChoicesHoldAndAutoStreamsOnlyLargeTensors) {
              "auto vs streamed");
 }
 
+TEST(CodeStores, DualStreamsItsRowwiseCodesOnAvx512TargetsOnly) {
+  const Tensor large = Tensor::Empty(DType::kBF16, {kStreamCodesMinBytes / 3 / 1024 + 1, 1024});
+  const Tensor ragged = Tensor::Empty(DType::kF32, {4096, 1000});  // K not whole blocks
+  const Tensor small = Tensor::Empty(DType::kBF16, {256, 1024});
+  for (const std::string& t : AvailableSimdTargets()) {
+    ScopedSimdTarget scoped(t);
+    const bool avx512 = t.rfind("AVX3", 0) == 0;  // AVX3, AVX3_DL, AVX3_ZEN4, AVX3_SPR
+    EXPECT_EQ(StreamsDualRowwiseCodes(large, {}), avx512) << t;
+    EXPECT_EQ(StreamsDualRowwiseCodes(small, WithStores({}, CodeStores::kStreaming)), avx512) << t;
+    EXPECT_FALSE(StreamsDualRowwiseCodes(small, {})) << t;
+    EXPECT_FALSE(StreamsDualRowwiseCodes(large, WithStores({}, CodeStores::kCached))) << t;
+    EXPECT_FALSE(StreamsDualRowwiseCodes(ragged, WithStores({}, CodeStores::kStreaming))) << t;
+  }
+}
+
 TEST(FastPaths, EmptyTensors) {
   for (const Shape& shape : {Shape{0, 64}, Shape{64, 0}, Shape{0, 0}, Shape{3, 0, 5}}) {
     const Tensor x = Tensor::Empty(DType::kF32, shape);

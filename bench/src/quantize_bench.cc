@@ -115,10 +115,10 @@ QuantizeBench::QuantizeBench(const QuantizeBenchCase& c) : case_(c) {
   QuantizeOptions o;
   o.code_stores = c.code_stores;
   streams_ = c.kind != QuantizeKind::kRowwise && StreamsColumnwiseCodes(input_, o);
-  // Dual's output is its rowwise half (codes, scales) and then its columnwise half; where
-  // it streams the columnwise codes it streams its rowwise ones too when K is whole blocks
-  // (dual-inl.h, DualT: strips of whole rows), so the baseline streams both halves then.
-  const bool rowwise_streams = c.kind == QuantizeKind::kDual && c.k % 32 == 0;
+  // Dual's output is its rowwise half (codes, scales) and then its columnwise half; the
+  // baseline streams its rowwise half where the kernel streams its rowwise codes
+  // (StreamsDualRowwiseCodes: on AVX-512, where K is whole blocks).
+  const bool rowwise_streams = c.kind == QuantizeKind::kDual && StreamsDualRowwiseCodes(input_, o);
   const int64_t rowwise_half = c.kind == QuantizeKind::kDual ? RowwiseBytes(c) : 0;
   streamed_from_ = streams_ ? (rowwise_streams ? 0 : rowwise_half) : output_bytes_;
 }

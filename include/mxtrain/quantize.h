@@ -56,6 +56,11 @@ struct DualMx {
 // columnwise codes with non-temporal stores (CodeStores; kStreaming still falls back to
 // ordinary stores for rows that are not 64-byte aligned).
 bool StreamsColumnwiseCodes(const Tensor& x, const QuantizeOptions& options);
+// Whether a dual quantization of x with these options streams its rowwise codes as well:
+// where it streams the columnwise ones, K is whole blocks, and the SIMD target in use has
+// AVX-512 (on AVX2 a second stream of non-temporal stores slowed the kernel down;
+// docs/decisions.md "Dual's rowwise codes streamed on AVX-512 only").
+bool StreamsDualRowwiseCodes(const Tensor& x, const QuantizeOptions& options);
 
 MxTensor QuantizeRowwise(const Tensor& x, const QuantizeOptions& options);
 MxTensor QuantizeColumnwise(const Tensor& x, const QuantizeOptions& options);

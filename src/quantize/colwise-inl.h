@@ -26,6 +26,18 @@ namespace mxtrain::internal {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
+// Whether the dual kernel's fused pass 2 streams its rowwise codes too where it streams
+// the columnwise ones (ColwiseOut::stream): on the AVX-512 targets. On AMD Zen 4 that took
+// bf16 dual 4096 x 4096, 2 threads, 2.10-2.26 -> 2.00-2.05 ms; on the AVX2 target of a
+// Zen 3 (no AVX-512) the second stream of non-temporal stores made pass 2 twice as slow
+// in L2 (1024 x 1024, one thread, 0.22 -> 0.50 ms) and the 4096 x 4096 kernel 9-12%
+// slower (docs/decisions.md "Dual's rowwise codes streamed on AVX-512 only").
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+constexpr bool kDualStreamsRows = true;
+#else
+constexpr bool kDualStreamsRows = false;
+#endif
+
 // The rowwise half of the dual kernel's fused pass 2 (dual-inl.h): the strip is whole rows
 // of whole blocks, and for block k of the strip (row-major from its first row) sub2[k] and
 // slow2[k] hold Enc16::Sub and ::SlowBelow of its scale byte scales[k], each in both halves
@@ -179,7 +191,8 @@ void EncodeColumnStrip16(const QuantSource& src, const ColStrip& strip, ColwiseO
         StoreCodes16x2<kStream>(first, encode(at + n, h1, group_fast), data + at);
         if constexpr (kRows) {
           const V16 row_first = encode_row(at, h0, row_fast);
-          StoreCodes16x2<kStream>(row_first, encode_row(at + n, h1, row_fast), row_data + at);
+          StoreCodes16x2<kStream && kDualStreamsRows>(row_first, encode_row(at + n, h1, row_fast),
+                                                      row_data + at);
         }
       }
       if (HWY_UNLIKELY(AnySlow16(group_fast) || (kRows && AnySlow16(row_fast)))) {
@@ -494,11 +507,13 @@ void FinishColumnStrip(const QuantSource& src, const ColStrip& strip, ColwiseOut
   // The groups of the row loop start at col0 + a multiple of 2 * Lanes(D16()) bytes' worth
   // of codes, so rows whose first column is aligned to that are aligned throughout.
   const auto align = static_cast<uintptr_t>(2 * hn::Lanes(D16()));
-  // kRows: the rowwise codes stream only where they are aligned as well.
+  // kRows: where the rowwise codes stream (kDualStreamsRows), only if they are aligned as
+  // well.
   const bool aligned =
       src.cols % static_cast<int64_t>(align) == 0 &&
       reinterpret_cast<uintptr_t>(out.data + strip.col0) % align == 0 &&
-      (!kRows || reinterpret_cast<uintptr_t>(rows->data + strip.row0 * src.cols) % align == 0);
+      (!kRows || !kDualStreamsRows ||
+       reinterpret_cast<uintptr_t>(rows->data + strip.row0 * src.cols) % align == 0);
   // Pass 2's input: the copy (kCopy), else the source.
   constexpr bool kIn16 = kBf16 || kCopy;
   const StripIn in = kCopy ? StripIn{ws.copy, ws.width}

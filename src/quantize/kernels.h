@@ -75,6 +75,10 @@ struct QuantKernels {
                ColwiseOut col_out, Workspace workspace);
   // Plain element encode (no scaling) of n values.
   void (*encode)(ElementFormat format, const float* in, uint8_t* out, size_t n);
+  // Whether dual, where it streams the columnwise codes (ColwiseOut::stream) of a strip of
+  // whole rows of whole blocks, streams that strip's rowwise codes too (colwise-inl.h,
+  // kDualStreamsRows).
+  bool dual_streams_rows;
 };
 
 // The preconditions above, checked at each kernel's entry in debug builds (MXTRAIN_DCHECK:

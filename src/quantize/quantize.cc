@@ -225,6 +225,11 @@ bool StreamsColumnwiseCodes(const Tensor& x, const QuantizeOptions& options) {
   return bytes >= kStreamCodesMinBytes;
 }
 
+bool StreamsDualRowwiseCodes(const Tensor& x, const QuantizeOptions& options) {
+  return StreamsColumnwiseCodes(x, options) && x.rank() >= 1 && x.shape()[-1] % kMxBlock == 0 &&
+         internal::CurrentQuantKernels().dual_streams_rows;
+}
+
 MxTensor QuantizeRowwise(const Tensor& x, const QuantizeOptions& options) {
   const internal::ScopedFpEnv fp_env;
   const QuantSource src = SourceOf(x, options, "rowwise quantize");

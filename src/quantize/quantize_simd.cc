@@ -114,8 +114,8 @@ void Encode(ElementFormat format, const float* in, uint8_t* out, size_t count) {
 }
 
 const QuantKernels* GetQuantKernels() {
-  static const QuantKernels kernels = {hwy::TargetName(HWY_TARGET), &Rowwise, &Colwise, &Dual,
-                                       &Encode};
+  static const QuantKernels kernels = {
+      hwy::TargetName(HWY_TARGET), &Rowwise, &Colwise, &Dual, &Encode, kDualStreamsRows};
   return &kernels;
 }
 
