@@ -27,13 +27,19 @@ using internal::RowwiseOut;
 // Columns per work item when a strip is split across threads: a multiple of the block (the
 // dual kernel quantizes whole row blocks) and of every vector width.
 constexpr int64_t kColumnChunkQuantum = 64;
-// The most input bytes of one columnwise strip: a quarter of the L2, so that a strip and
-// the next one it prefetches take half of it. On Zen 4 (1 MiB L2) fp32 4096 x 4096 had
-// 512 KiB strips, and cutting them in two column pieces took colwise, 2 threads, from
-// 2.82-3.04 to 2.33-2.71 ms; an eighth of L2 was worse (docs/decisions.md). Sapphire
-// Rapids' 2 MiB L2 keeps those strips whole. The dual kernel keeps whole rows: cut, it
-// lost (3.84 -> 4.61 ms; one thread 7.2 -> 10.7).
-int64_t MaxStripBytes() { return internal::L2CacheBytes() / 4; }
+// The most input bytes of one columnwise strip: a quarter of an L2 of 1 MiB or more, so
+// that a strip and the next one it prefetches take half of it. On Zen 4 (1 MiB L2) fp32
+// 4096 x 4096 had 512 KiB strips, and cutting them in two column pieces took colwise, 2
+// threads, from 2.82-3.04 to 2.33-2.71 ms; an eighth of L2 was worse. Sapphire Rapids' 2
+// MiB L2 keeps those strips whole. A smaller L2 is taken whole: on Zen 3 (512 KiB) a
+// quarter cut fp32 rows into 4 KiB pieces, and 4096 x 4096 took 5.2-6.1 ms (0.77-0.85 of
+// the baseline) against 4.1-4.6 (0.98-1.04) in 512 KiB strips; bf16 the same either way
+// (docs/decisions.md "Columnwise strips"). The dual kernel keeps whole rows: cut, it lost
+// (3.84 -> 4.61 ms; one thread 7.2 -> 10.7).
+int64_t MaxStripBytes() {
+  const int64_t l2 = internal::L2CacheBytes();
+  return l2 >= (int64_t{1} << 20) ? l2 / 4 : l2;
+}
 
 QuantSource SourceOf(const Tensor& x, const QuantizeOptions& options, const char* op) {
   MXTRAIN_CHECK(x.defined(), op, ": input tensor is undefined");
