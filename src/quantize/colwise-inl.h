@@ -29,9 +29,9 @@ namespace hn = hwy::HWY_NAMESPACE;
 // Whether the dual kernel's fused pass 2 streams its rowwise codes too where it streams
 // the columnwise ones (ColwiseOut::stream): on the AVX-512 targets. On AMD Zen 4 that took
 // bf16 dual 4096 x 4096, 2 threads, 2.10-2.26 -> 2.00-2.05 ms; on the AVX2 target of a
-// Zen 3 (no AVX-512) the second stream of non-temporal stores made pass 2 twice as slow
-// in L2 (1024 x 1024, one thread, 0.22 -> 0.50 ms) and the 4096 x 4096 kernel 9-12%
-// slower (docs/decisions.md "Dual's rowwise codes streamed on AVX-512 only").
+// Zen 3 (no AVX-512) streaming this second half made the same kernel 9-12% slower (bf16
+// 4.26 -> 4.65 ms, f32 5.40 -> 6.05; docs/decisions.md "Dual's rowwise codes streamed on
+// AVX-512 only").
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
 constexpr bool kDualStreamsRows = true;
 #else
