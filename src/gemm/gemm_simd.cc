@@ -477,17 +477,18 @@ void PackPanel(const GemmOperand& op, const DecodeTables& t, int64_t f0, int64_t
   }
 }
 
-// Rows [ic, ic_end) micro-panels of A over K [k0, k0 + kc) into dst (micro-panel ip at
-// dst + (ip - ic) kKc kMr): a columnwise operand a K step at a time across the block, a
-// rowwise one panel by panel.
-HWY_INLINE void PackABlock(const GemmOperand& a, const DecodeTables& t, int64_t ic, int64_t ic_end,
+// Micro-panels [p0, p1) of kPw rows of A (kMr) or columns of B (kNr) over K [k0, k0 + kc)
+// into dst (micro-panel p at dst + (p - p0) kKc kPw): a columnwise operand a K step at a
+// time across the panels, a rowwise one panel by panel.
+template <int64_t kPw>
+HWY_INLINE void PackPanels(const GemmOperand& op, const DecodeTables& t, int64_t p0, int64_t p1,
                            int64_t k0, int64_t kc, float* dst, float* step) {
-  if (a.contract_rows) {
-    PackColumnwise<kMr>(a, t, ic * kMr, ic_end - ic, k0, kc, dst, step);
+  if (op.contract_rows) {
+    PackColumnwise<kPw>(op, t, p0 * kPw, p1 - p0, k0, kc, dst, step);
     return;
   }
-  for (int64_t ip = ic; ip < ic_end; ++ip) {
-    PackPanel(a, t, ip * kMr, kMr, k0, kc, dst + (ip - ic) * kKc * kMr);
+  for (int64_t ip = p0; ip < p1; ++ip) {
+    PackPanel(op, t, ip * kPw, kPw, k0, kc, dst + (ip - p0) * kKc * kPw);
   }
 }
 
@@ -573,16 +574,10 @@ void RunGemmSplitK(const GemmProblem& p, const std::vector<uint8_t>& block_ok,
       const bool into_c = g < direct;
       const bool add = into_c && (k0 > 0 || !p.overwrite);
       float* pg = into_c ? p.c : part + (g - direct) * plane;
-      if (p.b.contract_rows) {
-        PackColumnwise<kNr>(p.b, tb, 0, col_panels, k0, kc, bp, step.mutable_data<float>());
-      } else {
-        for (int64_t jp = 0; jp < col_panels; ++jp) {
-          PackPanel(p.b, tb, jp * nr, nr, k0, kc, bp + jp * kKc * nr);
-        }
-      }
+      PackPanels<kNr>(p.b, tb, 0, col_panels, k0, kc, bp, step.mutable_data<float>());
       for (int64_t ic = 0; ic < row_panels; ic += mc_panels) {
         const int64_t ic_end = std::min(row_panels, ic + mc_panels);
-        PackABlock(p.a, ta, ic, ic_end, k0, kc, ap, step.mutable_data<float>());
+        PackPanels<kMr>(p.a, ta, ic, ic_end, k0, kc, ap, step.mutable_data<float>());
         for (int64_t jp = 0; jp < col_panels; ++jp) {
           for (int64_t ip = ic; ip < ic_end; ++ip) {
             if (!block_ok[ip * blocks_j + jp]) continue;
@@ -703,8 +698,8 @@ void RunGemm(const GemmProblem& p, std::vector<uint8_t>& skipped) {
         for (int64_t ic = rp0; ic < rp1; ic += mc_panels) {
           const int64_t ic_end = std::min(rp1, ic + mc_panels);
           for (int64_t g = 0; g < chunks; ++g) {
-            PackABlock(p.a, ta, ic, ic_end, k0(g), kc(g), ap + g * a_chunk,
-                       step.mutable_data<float>());
+            PackPanels<kMr>(p.a, ta, ic, ic_end, k0(g), kc(g), ap + g * a_chunk,
+                            step.mutable_data<float>());
           }
           const auto tile = [&](int64_t ip, int64_t jp, int64_t g) {
             if (!block_ok[ip * blocks_j + jp]) return;
