@@ -274,12 +274,18 @@ GemmBenchResult MeasureGemmBench(const GemmBenchCase& c, int reps) {
     r.onednn_gflops = mega_flops / *r.onednn_ms;
     r.ratio = r.gflops / *r.onednn_gflops;
   }
-  if (r.peak_gflops) r.peak_fraction = r.gflops / *r.peak_gflops;
   if (bench.has_dense_twin()) {
     r.dense_ms = Median(dense_ms);
     r.dense_gflops = mega_flops / *r.dense_ms;
     r.vs_dense = r.gflops / *r.dense_gflops;
   }
+  // The peaks once more, the best of all kept: a peak taken while another tenant held a
+  // core would flatter the fraction.
+  if (const std::optional<PeakResult> peak = PathPeak(r.path, r.threads, /*again=*/true)) {
+    r.peak_gflops = peak->gflops;
+  }
+  r.amx_peak_gflops = AmxPeakGflops(r.threads, /*again=*/true);
+  if (r.peak_gflops) r.peak_fraction = r.gflops / *r.peak_gflops;
   return r;
 }
 

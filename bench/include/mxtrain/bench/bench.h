@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -143,13 +144,15 @@ std::string GemmBaselineRoute();
 // thread count): kind "amx-bf16" (TDPBF16PS, AmxPeakGflops), "avx512-bf16" (VDPBF16PS,
 // 12 independent chains), or "fma-f32-<TARGET>" for simd-f32 and portable (fp32 FMA on
 // the current Highway target, 12 independent chains of full vectors). nullopt where the
-// unit is missing.
+// unit is missing. With `again`, the loop runs once more and the result is the best of
+// every measurement of the process: a peak measured while another tenant held a core is
+// only lower, and a low peak would flatter every fraction taken against it.
 struct PeakResult {
   std::string kind;
   double gflops;
 };
 std::string PeakKind(const std::string& gemm_path);
-std::optional<PeakResult> PathPeak(const std::string& gemm_path, int threads);
+std::optional<PeakResult> PathPeak(const std::string& gemm_path, int threads, bool again = false);
 // One run of the loop of `kind` (PeakKind) on `threads` threads, `iterations` steps of 12
 // instructions (AMX: 4); returns the flops done (0 where the unit is missing). For the
 // Google Benchmark front end.
@@ -157,14 +160,18 @@ double RunPeakLoop(const std::string& kind, int threads, int64_t iterations);
 
 // The AMX-BF16 peak: TDPBF16PS back to back on resident tiles (4 accumulators, 2 A and 2 B
 // tiles, no loads) on `threads` threads, in GFLOP/s (2*16*16*32 flops an instruction); the
-// best of a few runs, measured once per thread count and process. nullopt without AMX.
-std::optional<double> AmxPeakGflops(int threads);
+// best of a few runs, measured once per thread count and process (`again`: once more, the
+// best of all kept, as PathPeak). nullopt without AMX.
+std::optional<double> AmxPeakGflops(int threads, bool again = false);
 // One run of that loop: `iterations` x 4 instructions on every thread; returns the flops
 // done (0 without AMX). For the Google Benchmark front end.
 double RunAmxPeakLoop(int threads, int64_t iterations);
 
 namespace internal {
 class OneDnnMatmuls;
+// The best of 10 timed runs after 0.2 s of warm-up, in GFLOP/s: a run that lost its core
+// to another process is only slower. `run(iterations)` returns the flops it did.
+double BestOfRuns(const std::function<double(int64_t)>& run, int64_t iterations);
 }  // namespace internal
 
 // A prepared case: seeded operands quantized in the layouts the pass needs, and for the
@@ -229,7 +236,7 @@ struct GemmBenchResult {
   std::optional<double> ratio;            // gflops / onednn_gflops
   std::string baseline;                   // GemmBaselineRoute(); "" without one
   std::optional<double> amx_peak_gflops;  // AmxPeakGflops(threads): AMX machines only
-  std::optional<double> peak_gflops;      // PathPeak(path, threads)
+  std::optional<double> peak_gflops;      // PathPeak(path, threads), before and after
   std::string peak_kind;                  // PeakKind(path)
   std::optional<double> peak_fraction;    // gflops / peak_gflops
   std::string onednn_impl;
@@ -242,6 +249,7 @@ struct GemmBenchResult {
 // Measures the peaks (once a process), warms up (GemmBench::WarmUp), then alternates MX,
 // oneDNN and (grouped cases) the dense twin `reps` times each, or as many times as give the
 // MX GEMM about 200 ms of calls where that is more (small cases, at most 2000); medians.
+// The peaks are then measured again and the best kept (PathPeak's `again`).
 GemmBenchResult MeasureGemmBench(const GemmBenchCase& c, int reps);
 // One JSON line: {"case", "kind", "gemm", "m", "n", "k", "groups", "ms", "gflops",
 // "onednn_gflops", "ratio", "baseline", "amx_peak_gflops", "peak_gflops", "peak_kind",
