@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <cstdlib>
 #include <mutex>
@@ -21,7 +22,8 @@ std::string Upper(std::string s) {
 }
 
 std::mutex g_mutex;
-bool g_chosen = false;
+// Set (release) once a target is chosen; read without the lock on every kernel call.
+std::atomic<bool> g_chosen{false};
 bool g_capped = false;
 int64_t g_cap = 0;  // the best target MXTRAIN_MAX_SIMD_TARGET allows; 0: no cap
 
@@ -67,15 +69,18 @@ void ChooseLocked(int64_t best) {
   if (g_cap != 0) allowed &= ~(g_cap - 1);  // every target better than the cap
   hwy::SetSupportedTargetsForTest(best != 0 ? best : allowed);
   hwy::GetChosenTarget().Update(hwy::SupportedTargets());
-  g_chosen = true;
+  g_chosen.store(true, std::memory_order_release);
 }
 
 }  // namespace
 
 namespace internal {
 void EnsureSimdTargetChosen() {
+  // Without the lock once chosen: small kernels (ExpF32 on one softmax row) call this from
+  // every thread, and the mutex had become 0.8% of a training step.
+  if (g_chosen.load(std::memory_order_acquire)) return;
   std::lock_guard<std::mutex> lock(g_mutex);
-  if (!g_chosen) ChooseLocked(0);
+  if (!g_chosen.load(std::memory_order_relaxed)) ChooseLocked(0);
 }
 
 bool SimdCapAllows(int64_t target) {

@@ -3,17 +3,19 @@
 // encoder, for E4M3 and E5M2; every non-negative fp32 amax (2^31) through each rule's scale
 // table, against BlockScale; and every finite amax under rceil and ceil, which must never
 // round past the largest element; and every fp32 bit pattern through the vector bf16
-// narrowing of every target (convert.h) against F32ToBf16. Label "exhaustive" (a ctest
-// entry per test and target).
+// narrowing of every target (convert.h) against F32ToBf16, and through ExpF32 against
+// std::exp. Label "exhaustive" (a ctest entry per test and target).
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "convert.h"
+#include "mxtrain/elementwise.h"
 #include "mxtrain/format/bf16.h"
 #include "mxtrain/format/e4m3.h"
 #include "mxtrain/format/e5m2.h"
@@ -87,6 +89,34 @@ TEST_P(ExhaustivePerTarget, Bf16NarrowingEqualsScalarOnAllFp32) {
                         << " vs " << want;
         }
         mismatches += got[i] != want;
+      }
+    }
+  }
+  EXPECT_EQ(mismatches, 0) << GetParam();
+}
+
+// ExpF32 (elementwise.h) against std::exp on every fp32 bit pattern: the vector path on
+// every |x| < 88, and the lanes it hands to std::exp.
+TEST_P(ExhaustivePerTarget, ExpF32EqualsStdExpOnAllFp32) {
+  constexpr uint64_t kChunk = uint64_t{1} << 20;
+  int64_t mismatches = 0;
+#pragma omp parallel reduction(+ : mismatches)
+  {
+    std::vector<float> in(kChunk), got(kChunk);
+#pragma omp for schedule(dynamic)
+    for (int64_t chunk = 0; chunk < int64_t{1} << 12; ++chunk) {
+      for (uint64_t i = 0; i < kChunk; ++i) {
+        in[i] = F32FromBits(static_cast<uint32_t>(chunk * kChunk + i));
+      }
+      ExpF32(in, got);
+      for (uint64_t i = 0; i < kChunk; ++i) {
+        const uint32_t want = F32Bits(std::exp(in[i]));
+        if (F32Bits(got[i]) != want && mismatches < 10) {
+#pragma omp critical
+          ADD_FAILURE() << GetParam() << " bits " << std::hex << F32Bits(in[i]) << ": "
+                        << F32Bits(got[i]) << " vs " << want;
+        }
+        mismatches += F32Bits(got[i]) != want;
       }
     }
   }

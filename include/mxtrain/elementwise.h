@@ -1,8 +1,11 @@
-// Small elementwise and reduction kernels the ops need around their GEMMs: dtype casts
-// (the bf16 baseline's operand rounding) and the bias gradient's row sums. Plain loops over
-// OpenMP threads; the compiler vectorizes them, and each result is independent of the
-// thread count (every output element is reduced in one fixed order).
+// Small elementwise and reduction kernels the ops and the model need around their GEMMs:
+// dtype casts (the bf16 baseline's operand rounding), the bias gradient's row sums, and
+// expf by vectors (softmax, SwiGLU). The casts and sums are plain loops over OpenMP
+// threads that the compiler vectorizes, each result independent of the thread count (every
+// output element is reduced in one fixed order); ExpF32 runs on the calling thread.
 #pragma once
+
+#include <span>
 
 #include "mxtrain/group_list.h"
 #include "mxtrain/tensor.h"
@@ -23,5 +26,12 @@ Tensor SumRows(const Tensor& x, Tensor* accumulate = nullptr, int threads = 0,
 // an empty group), or added into `accumulate` (f32 [G, N]).
 Tensor SumRowsGrouped(const Tensor& x, const GroupList& groups, Tensor* accumulate = nullptr,
                       int threads = 0, MemoryCategory category = MemoryCategory::kGradient);
+
+// y[i] = std::exp(x[i]) for every i, bit for bit as Debian's C library (glibc 2.28 and
+// later on a CPU with FMA) gives it, but a vector at a time on the SIMD targets with FMA:
+// glibc's own algorithm, fused where its FMA build fuses; its other targets, and |x| >= 88,
+// infinities and NaN, call std::exp. One thread (callers split the work); y may be x
+// itself, and must not otherwise overlap it. Throws Error on sizes that differ.
+void ExpF32(std::span<const float> x, std::span<float> y);
 
 }  // namespace mxtrain

@@ -4,8 +4,10 @@
 // dV = P^T dO. Each (b, h) pair owns disjoint rows and columns of every output, so pairs
 // run in parallel and each sum runs in one fixed order.
 #include <cmath>
+#include <span>
 #include <vector>
 
+#include "mxtrain/elementwise.h"
 #include "mxtrain/train/nn.h"
 #include "nn/nn_internal.h"
 
@@ -75,11 +77,11 @@ AttentionOut CausalAttentionForward(const Tensor& q, const Tensor& k, const Tens
           pi[j] *= scale;
           mx = std::fmax(mx, pi[j]);
         }
+        for (int64_t j = 0; j <= i; ++j) pi[j] -= mx;
+        const std::span<float> row(pi, static_cast<size_t>(i + 1));
+        ExpF32(row, row);  // std::exp's bits, by vectors
         float sum = 0;
-        for (int64_t j = 0; j <= i; ++j) {
-          pi[j] = std::exp(pi[j] - mx);
-          sum += pi[j];
-        }
+        for (int64_t j = 0; j <= i; ++j) sum += pi[j];
         const float inv = 1.0f / sum;
         for (int64_t j = 0; j <= i; ++j) pi[j] *= inv;
         float* oi = out + (row0 + i) * n.width + col0;

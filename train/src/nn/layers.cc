@@ -1,7 +1,9 @@
 // Embedding, RMSNorm, SwiGLU, cross-entropy and the residual adds (nn.h).
 #include <cmath>
 #include <cstring>
+#include <vector>
 
+#include "mxtrain/elementwise.h"
 #include "mxtrain/train/nn.h"
 #include "nn/nn_internal.h"
 
@@ -105,6 +107,28 @@ Tensor RmsNormBackward(const Tensor& dy, const Tensor& x, const Tensor& gain, co
   return dx;
 }
 
+namespace {
+
+// body(i, e) for each row i of the m rows of a SwiGLU input [m, 2f] (gate columns first),
+// over the threads, with e[j] = exp(-gate[i, j]) for j < f: the sigmoid's exponentials,
+// a row at a time by vectors (ExpF32, the bits of std::exp).
+template <typename Body>
+void ForRowsWithGateExp(const float* in, int64_t m, int64_t f, int threads, const Body& body) {
+#pragma omp parallel num_threads(Threads(threads))
+  {
+    std::vector<float> e(static_cast<size_t>(f));
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < m; ++i) {
+      const float* gate = in + i * 2 * f;
+      for (int64_t j = 0; j < f; ++j) e[j] = -gate[j];
+      ExpF32(e, e);
+      body(i, e.data());
+    }
+  }
+}
+
+}  // namespace
+
 Tensor SwiGluForward(const Tensor& gu, int threads) {
   CheckF32Matrix(gu, "swiglu input");
   const int64_t m = gu.shape()[0], f2 = gu.shape()[1];
@@ -113,14 +137,13 @@ Tensor SwiGluForward(const Tensor& gu, int threads) {
   Tensor h = Tensor::Empty(DType::kF32, {m, f});
   const float* in = gu.data<float>();
   float* out = h.data<float>();
-#pragma omp parallel for num_threads(Threads(threads)) schedule(static)
-  for (int64_t i = 0; i < m; ++i) {
+  ForRowsWithGateExp(in, m, f, threads, [&](int64_t i, const float* e) {
     for (int64_t j = 0; j < f; ++j) {
       const float a = in[i * f2 + j], b = in[i * f2 + f + j];
-      const float s = 1.0f / (1.0f + std::exp(-a));
+      const float s = 1.0f / (1.0f + e[j]);
       out[i * f + j] = a * s * b;
     }
-  }
+  });
   return h;
 }
 
@@ -134,16 +157,15 @@ Tensor SwiGluBackward(const Tensor& dh, const Tensor& gu, int threads) {
   const float* in = gu.data<float>();
   const float* g = dh.data<float>();
   float* out = dgu.data<float>();
-#pragma omp parallel for num_threads(Threads(threads)) schedule(static)
-  for (int64_t i = 0; i < m; ++i) {
+  ForRowsWithGateExp(in, m, f, threads, [&](int64_t i, const float* e) {
     for (int64_t j = 0; j < f; ++j) {
       const float a = in[i * f2 + j], b = in[i * f2 + f + j], d = g[i * f + j];
-      const float s = 1.0f / (1.0f + std::exp(-a));
+      const float s = 1.0f / (1.0f + e[j]);
       const float silu = a * s;
       out[i * f2 + j] = d * b * (s + silu * (1.0f - s));
       out[i * f2 + f + j] = d * silu;
     }
-  }
+  });
   return dgu;
 }
 
