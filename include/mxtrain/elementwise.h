@@ -1,8 +1,9 @@
 // Small elementwise and reduction kernels the ops and the model need around their GEMMs:
-// dtype casts (the bf16 baseline's operand rounding), the bias gradient's row sums, and
-// expf by vectors (softmax, SwiGLU). The casts and sums are plain loops over OpenMP
-// threads that the compiler vectorizes, each result independent of the thread count (every
-// output element is reduced in one fixed order); ExpF32 runs on the calling thread.
+// dtype casts (the bf16 baseline's operand rounding), the bias gradient's row sums, expf
+// by vectors (softmax, SwiGLU) and small fp32 matrix products summed in a fixed order
+// (attention). The casts and sums are plain loops over OpenMP threads that the compiler
+// vectorizes, each result independent of the thread count (every output element is
+// reduced in one fixed order); ExpF32 and OrderedMatMulF32 run on the calling thread.
 #pragma once
 
 #include <span>
@@ -33,5 +34,35 @@ Tensor SumRowsGrouped(const Tensor& x, const GroupList& groups, Tensor* accumula
 // infinities and NaN, call std::exp. One thread (callers split the work); y may be x
 // itself, and must not otherwise overlap it. Throws Error on sizes that differ.
 void ExpF32(std::span<const float> x, std::span<float> y);
+
+// Which part of row r of an OrderedMatMul it computes (the causal mask of attention).
+enum class OrderedRange : uint8_t {
+  kAll,                // columns [0, cols), K [0, depth)
+  kColsToDiagonal,     // columns [0, min(cols, r + 1)): the rest of the row is left as it is
+  kDepthToDiagonal,    // K [0, min(depth, r + 1))
+  kDepthFromDiagonal,  // K [r, depth) (none when r >= depth: the row is zeros)
+};
+
+// C = A . B over strided fp32 views, row by row: for each row r < rows and each column n
+// of its range,
+//   C(r, n) = (((0 + A(r, k0) * B(k0, n)) + A(r, k0 + 1) * B(k0 + 1, n)) + ...)
+// over its K range in increasing order, each product rounded to fp32 before it is added
+// (never fused), in the IEEE default environment: the bits of that plain loop (a NaN
+// result is a NaN, its payload unspecified), computed many columns at a time. A(r, k) = a[r * a_row
+// + k * a_depth] (any strides: a transposed view too), B(k, n) = b[k * ldb + n], C(r, n) = c[r *
+// ldc + n]; C must not overlap A or B. Reads of B and writes of C stay inside each row's columns.
+// One thread (callers split the work). Throws Error on negative sizes, ldb or ldc below cols, or
+// null pointers where elements are read or written.
+struct OrderedMatMul {
+  int64_t rows = 0, cols = 0, depth = 0;
+  const float* a = nullptr;
+  int64_t a_row = 0, a_depth = 0;
+  const float* b = nullptr;
+  int64_t ldb = 0;
+  float* c = nullptr;
+  int64_t ldc = 0;
+  OrderedRange range = OrderedRange::kAll;
+};
+void OrderedMatMulF32(const OrderedMatMul& p);
 
 }  // namespace mxtrain

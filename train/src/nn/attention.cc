@@ -2,7 +2,10 @@
 // masked to j <= i, P = softmax(S) along j, O = P V. The backward uses the saved P:
 // dP = dO V^T, dS = P * (dP - rowsum(P * dP)), dQ = dS K / sqrt(d), dK = dS^T Q / sqrt(d),
 // dV = P^T dO. Each (b, h) pair owns disjoint rows and columns of every output, so pairs
-// run in parallel and each sum runs in one fixed order.
+// run in parallel and each sum runs in one fixed order. The six products go through
+// OrderedMatMulF32 (elementwise.h): vectors along the columns, each sum in K order, so the
+// bits are those of the plain loops on every SIMD target, and the causal triangle is its
+// row ranges. The softmax's max and sums stay scalar loops in j order.
 #include <cmath>
 #include <span>
 #include <vector>
@@ -63,19 +66,24 @@ AttentionOut CausalAttentionForward(const Tensor& q, const Tensor& k, const Tens
         const float* kj = kp + (row0 + j) * n.width + col0;
         for (int64_t c = 0; c < n.d; ++c) kt[c * n.t + j] = kj[c];
       }
+      // S = Q K^T on and below the diagonal (above it P stays zero).
+      OrderedMatMulF32({.rows = n.t,
+                        .cols = n.t,
+                        .depth = n.d,
+                        .a = qp + row0 * n.width + col0,
+                        .a_row = n.width,
+                        .a_depth = 1,
+                        .b = kt.data(),
+                        .ldb = n.t,
+                        .c = p,
+                        .ldc = n.t,
+                        .range = OrderedRange::kColsToDiagonal});
       for (int64_t i = 0; i < n.t; ++i) {
-        const float* qi = qp + (row0 + i) * n.width + col0;
         float* pi = p + i * n.t;
-        for (int64_t j = 0; j <= i; ++j) pi[j] = 0;
-        for (int64_t c = 0; c < n.d; ++c) {
-          const float qc = qi[c];
-          const float* ktc = kt.data() + c * n.t;
-          for (int64_t j = 0; j <= i; ++j) pi[j] += qc * ktc[j];
-        }
         float mx = -INFINITY;
         for (int64_t j = 0; j <= i; ++j) {
           pi[j] *= scale;
-          mx = std::fmax(mx, pi[j]);
+          mx = pi[j] > mx ? pi[j] : mx;  // std::fmax without the call (NaN never wins)
         }
         for (int64_t j = 0; j <= i; ++j) pi[j] -= mx;
         const std::span<float> row(pi, static_cast<size_t>(i + 1));
@@ -84,14 +92,19 @@ AttentionOut CausalAttentionForward(const Tensor& q, const Tensor& k, const Tens
         for (int64_t j = 0; j <= i; ++j) sum += pi[j];
         const float inv = 1.0f / sum;
         for (int64_t j = 0; j <= i; ++j) pi[j] *= inv;
-        float* oi = out + (row0 + i) * n.width + col0;
-        for (int64_t c = 0; c < n.d; ++c) oi[c] = 0;
-        for (int64_t j = 0; j <= i; ++j) {
-          const float* vj = vp + (row0 + j) * n.width + col0;
-          const float pij = pi[j];
-          for (int64_t c = 0; c < n.d; ++c) oi[c] += pij * vj[c];
-        }
       }
+      // O = P V, row i over j <= i.
+      OrderedMatMulF32({.rows = n.t,
+                        .cols = n.d,
+                        .depth = n.t,
+                        .a = p,
+                        .a_row = n.t,
+                        .a_depth = 1,
+                        .b = vp + row0 * n.width + col0,
+                        .ldb = n.width,
+                        .c = out + row0 * n.width + col0,
+                        .ldc = n.width,
+                        .range = OrderedRange::kDepthToDiagonal});
     }
   }
   return o;
@@ -125,49 +138,65 @@ AttentionGrads CausalAttentionBackward(const Tensor& dout, const Tensor& q, cons
 #pragma omp for schedule(static)
     for (int64_t bh = 0; bh < n.b * n.h; ++bh) {
       const int64_t b = bh / n.h, h = bh % n.h;
-      const int64_t row0 = b * n.t, col0 = h * n.d;
+      const int64_t base = (b * n.t) * n.width + h * n.d;  // (row 0, column 0) of this pair
       const float* p = pp + bh * n.t * n.t;
-      auto at = [&](const float* base, int64_t row) {
-        return base + (row0 + row) * n.width + col0;
-      };
       for (int64_t j = 0; j < n.t; ++j) {
-        const float* vj = at(vp, j);
+        const float* vj = vp + base + j * n.width;
         for (int64_t c = 0; c < n.d; ++c) vt[c * n.t + j] = vj[c];
       }
+      // dP = dO V^T on and below the diagonal, into ds.
+      OrderedMatMulF32({.rows = n.t,
+                        .cols = n.t,
+                        .depth = n.d,
+                        .a = dop + base,
+                        .a_row = n.width,
+                        .a_depth = 1,
+                        .b = vt.data(),
+                        .ldb = n.t,
+                        .c = ds.data(),
+                        .ldc = n.t,
+                        .range = OrderedRange::kColsToDiagonal});
       for (int64_t i = 0; i < n.t; ++i) {
-        const float* doi = at(dop, i);
         const float* pi = p + i * n.t;
         float* dsi = ds.data() + i * n.t;
-        for (int64_t j = 0; j <= i; ++j) dsi[j] = 0;  // dP for now
-        for (int64_t c = 0; c < n.d; ++c) {
-          const float dc = doi[c];
-          const float* vtc = vt.data() + c * n.t;
-          for (int64_t j = 0; j <= i; ++j) dsi[j] += dc * vtc[j];
-        }
         float dot = 0;
         for (int64_t j = 0; j <= i; ++j) dot += pi[j] * dsi[j];
         for (int64_t j = 0; j <= i; ++j) dsi[j] = pi[j] * (dsi[j] - dot) * scale;
-        float* dqi = dq + (row0 + i) * n.width + col0;
-        for (int64_t c = 0; c < n.d; ++c) dqi[c] = 0;
-        for (int64_t j = 0; j <= i; ++j) {
-          const float* kj = at(kp, j);
-          for (int64_t c = 0; c < n.d; ++c) dqi[c] += dsi[j] * kj[c];
-        }
       }
-      for (int64_t j = 0; j < n.t; ++j) {
-        float* dkj = dk + (row0 + j) * n.width + col0;
-        float* dvj = dv + (row0 + j) * n.width + col0;
-        for (int64_t c = 0; c < n.d; ++c) dkj[c] = dvj[c] = 0;
-        for (int64_t i = j; i < n.t; ++i) {
-          const float dsij = ds[i * n.t + j], pij = p[i * n.t + j];
-          const float* qi = at(qp, i);
-          const float* doi = at(dop, i);
-          for (int64_t c = 0; c < n.d; ++c) {
-            dkj[c] += dsij * qi[c];
-            dvj[c] += pij * doi[c];
-          }
-        }
-      }
+      // dQ = dS K (row i over j <= i); dK = dS^T Q and dV = P^T dO (row j over i >= j).
+      OrderedMatMulF32({.rows = n.t,
+                        .cols = n.d,
+                        .depth = n.t,
+                        .a = ds.data(),
+                        .a_row = n.t,
+                        .a_depth = 1,
+                        .b = kp + base,
+                        .ldb = n.width,
+                        .c = dq + base,
+                        .ldc = n.width,
+                        .range = OrderedRange::kDepthToDiagonal});
+      OrderedMatMulF32({.rows = n.t,
+                        .cols = n.d,
+                        .depth = n.t,
+                        .a = ds.data(),
+                        .a_row = 1,
+                        .a_depth = n.t,
+                        .b = qp + base,
+                        .ldb = n.width,
+                        .c = dk + base,
+                        .ldc = n.width,
+                        .range = OrderedRange::kDepthFromDiagonal});
+      OrderedMatMulF32({.rows = n.t,
+                        .cols = n.d,
+                        .depth = n.t,
+                        .a = p,
+                        .a_row = 1,
+                        .a_depth = n.t,
+                        .b = dop + base,
+                        .ldb = n.width,
+                        .c = dv + base,
+                        .ldc = n.width,
+                        .range = OrderedRange::kDepthFromDiagonal});
     }
   }
   return g;
