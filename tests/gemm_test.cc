@@ -222,15 +222,29 @@ TEST_P(GemmPerPath, HybridFormatsBiasAccumulateBf16) {
 // code rounds it: FinishGemm after most kernels, the simd-f32 kernel itself for the tiles
 // it computes and the driver for the exact path's. A row of A small enough for the exact
 // path, K over three chunks of the simd-f32 kernel and not a multiple of 16, edge tiles,
-// the three layouts, with and without bias, on two threads.
+// the three layouts, with and without bias, on two threads; K over two chunks of the bf16
+// kernels (the last one rounds what the first left in C); sums that are exact ties
+// between two bf16 values (1 + odd * 2^-8: half-way cases, rounded to even).
 void ExpectBf16IsRoundedF32(const std::string& what) {
   std::vector<float> v = RandomValues(45 * 600, 41, -2, 2);
   for (int k = 0; k < 600; ++k) v[17 * 600 + k] = std::ldexp(v[17 * 600 + k], -125);
   const MxTensor a = QuantizeRowwise(MakeF32({45, 600}, v), {});
   const MxTensor b = QuantizeRowwise(MakeF32({37, 600}, RandomValues(37 * 600, 42, -2, 2)), {});
   const Operands o = MakeTrainingOperands(45, 37, 600, 43, -3, 3);
+  const Operands deep = MakeTrainingOperands(40, 70, 2200, 46, -2, 2);
+  std::vector<float> tie_a(40 * 64, 0.0f), tie_b(70 * 64, 0.0f);
+  for (int i = 0; i < 40; ++i) {
+    tie_a[i * 64] = 1.0f;
+    tie_a[i * 64 + 1] = std::ldexp(static_cast<float>(2 * (i % 8) + 1), -8);
+  }
+  for (int j = 0; j < 70; ++j) tie_b[j * 64] = tie_b[j * 64 + 1] = 1.0f;
+  const MxTensor ties_a = QuantizeRowwise(MakeF32({40, 64}, tie_a), {});
+  const MxTensor ties_b = QuantizeRowwise(MakeF32({70, 64}, tie_b), {});
   Tensor bias37 = MakeF32({37}, RandomValues(37, 44, -1, 1));
   Tensor bias600 = MakeF32({600}, RandomValues(600, 45, -1, 1));
+  Tensor bias70 = MakeF32({70}, RandomValues(70, 47, -1, 1));
+  Tensor bias2200 = MakeF32({2200}, RandomValues(2200, 48, -1, 1));
+  Tensor zeros70 = Tensor::Zeros(DType::kF32, {70});
   const struct {
     const char* name;
     const MxTensor &x, &y;
@@ -238,7 +252,10 @@ void ExpectBf16IsRoundedF32(const std::string& what) {
   } cases[] = {{"fprop with an exact row", a, b, &bias37},
                {"fprop", o.x_row, o.w_row, &bias37},
                {"dgrad", o.dy_row, o.w_col, &bias600},
-               {"wgrad", o.dy_col, o.x_col, &bias600}};
+               {"wgrad", o.dy_col, o.x_col, &bias600},
+               {"fprop, K 2200", deep.x_row, deep.w_row, &bias70},
+               {"dgrad, 2200 columns", deep.dy_row, deep.w_col, &bias2200},
+               {"half-way sums", ties_a, ties_b, &zeros70}};
   for (const auto& c : cases) {
     for (const bool with_bias : {false, true}) {
       GemmOptions f32;

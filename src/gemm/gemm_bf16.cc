@@ -26,6 +26,7 @@
 #include <array>
 #include <cstring>
 
+#include "convert.h"
 #include "fp_env.h"
 #include "gemm/kernels.h"
 #include "mxtrain/error.h"
@@ -532,12 +533,37 @@ MXTRAIN_AMX void AmxBlock(const uint16_t* a, const uint16_t* b, int64_t kbs, int
 
 MXTRAIN_AMX void ReleaseTiles() { _tile_release(); }
 
+// 16 fp32 lanes rounded to bf16 as F32ToBf16 rounds (nearest even; a NaN quieted, its sign
+// kept), narrowed to 16-bit lanes.
+MXTRAIN_AVX512 inline __m256i Bf16Of(__m512 v) {
+  // (Zero-masked shifts and narrowing: GCC 12 warns that the plain ones read an undefined
+  // vector.)
+  constexpr __mmask16 kAll = 0xFFFF;
+  const __m512i bits = _mm512_castps_si512(v);
+  const __m512i high = _mm512_maskz_srli_epi32(kAll, bits, 16);
+  const __m512i bias =
+      _mm512_add_epi32(_mm512_and_si512(high, _mm512_set1_epi32(1)), _mm512_set1_epi32(0x7FFF));
+  const __m512i rounded = _mm512_maskz_srli_epi32(kAll, _mm512_add_epi32(bits, bias), 16);
+  const __mmask16 nan = _mm512_cmpgt_epu32_mask(
+      _mm512_and_si512(bits, _mm512_set1_epi32(0x7FFFFFFF)), _mm512_set1_epi32(0x7F800000));
+  const __m512i quiet = _mm512_or_si512(high, _mm512_set1_epi32(0x40));
+  return _mm512_maskz_cvtepi32_epi16(kAll, _mm512_mask_blend_epi32(nan, rounded, quiet));
+}
+
+// Where a block's last K chunk goes instead of C: C + bias rounded to bf16 (FinishGemm's
+// order), `ld` elements a row; bias null for none. c16 null: C as usual.
+struct Bf16Dst {
+  uint16_t* c16 = nullptr;
+  int64_t ld = 0;
+  const float* bias = nullptr;  // the block's 32 columns
+};
+
 // The same C block with VDPBF16PS, in four strips of 8 rows x 32 columns (A tile ta, rows
 // 8 h ..): 16 zmm accumulators, and per K pair p, two loads of B's row p (tiles 0 and 1:
 // 16 columns x 2 each) and one broadcast of each row's pair (A[r][2p], A[r][2p + 1]) that
 // both column halves use.
 MXTRAIN_DPBF16 void DpBlock(const uint16_t* a, const uint16_t* b, int64_t kbs, int64_t kb0,
-                            int64_t kb1, float* c, int64_t ldc, bool load_c) {
+                            int64_t kb1, float* c, int64_t ldc, bool load_c, Bf16Dst out16) {
   MXTRAIN_DCHECK(0 <= kb0 && kb0 < kb1 && kb1 <= kbs && ldc >= kBlockDim);
   MXTRAIN_DCHECK(reinterpret_cast<uintptr_t>(b) % 64 == 0);  // aligned loads of B's rows
   constexpr int kStrip = 8;
@@ -577,6 +603,23 @@ MXTRAIN_DPBF16 void DpBlock(const uint16_t* a, const uint16_t* b, int64_t kbs, i
         }
       }
     }
+    if (out16.c16 != nullptr) {
+      const __m512 bias0 =
+          out16.bias != nullptr ? _mm512_loadu_ps(out16.bias) : _mm512_setzero_ps();
+      const __m512 bias1 =
+          out16.bias != nullptr ? _mm512_loadu_ps(out16.bias + 16) : _mm512_setzero_ps();
+      uint16_t* c16 = out16.c16 + (ta * 16 + r0) * out16.ld;
+      for (int r = 0; r < kStrip; ++r) {
+        __m512 v0 = acc[r][0], v1 = acc[r][1];
+        if (out16.bias != nullptr) {
+          v0 = _mm512_add_ps(v0, bias0);
+          v1 = _mm512_add_ps(v1, bias1);
+        }
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(c16 + r * out16.ld), Bf16Of(v0));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(c16 + r * out16.ld + 16), Bf16Of(v1));
+      }
+      continue;
+    }
     for (int r = 0; r < kStrip; ++r) {
       _mm512_storeu_ps(cs + r * ldc, acc[r][0]);
       _mm512_storeu_ps(cs + r * ldc + 16, acc[r][1]);
@@ -586,22 +629,26 @@ MXTRAIN_DPBF16 void DpBlock(const uint16_t* a, const uint16_t* b, int64_t kbs, i
 
 // The microkernels the driver below runs: Begin and End once per thread, Block per C block
 // and K chunk.
+// kRoundsBf16: Block takes a Bf16Dst for a block's last K chunk (the AMX kernel stores
+// its tiles as fp32 and leaves the rounding to FinishGemm).
 struct AmxKernel {
+  static constexpr bool kRoundsBf16 = false;
   static void Begin() { ConfigureTiles(); }
   static void Block(const uint16_t* a, const uint16_t* b, int64_t kbs, int64_t kb0, int64_t kb1,
-                    float* c, int64_t ldc, bool load_c, NextC next) {
+                    float* c, int64_t ldc, bool load_c, NextC next, Bf16Dst /*out16*/) {
     AmxBlock(a, b, kbs, kb0, kb1, c, ldc, load_c, next);
   }
   static void End() { ReleaseTiles(); }
 };
 
 struct DpKernel {
+  static constexpr bool kRoundsBf16 = true;
   static void Begin() {}
   // VDPBF16PS loads C one zmm row at a time, which the hardware prefetchers follow: no
   // prefetch of the next block.
   static void Block(const uint16_t* a, const uint16_t* b, int64_t kbs, int64_t kb0, int64_t kb1,
-                    float* c, int64_t ldc, bool load_c, NextC /*next*/) {
-    DpBlock(a, b, kbs, kb0, kb1, c, ldc, load_c);
+                    float* c, int64_t ldc, bool load_c, NextC /*next*/, Bf16Dst out16) {
+    DpBlock(a, b, kbs, kb0, kb1, c, ldc, load_c, out16);
   }
   static void End() {}
 };
@@ -633,6 +680,10 @@ void RunBf16Gemm(const GemmProblem& p, std::vector<uint8_t>& skipped) {
   // items and each packs its item's B tiles just before using them, so that they go to L2
   // instead of to memory and back (an expert's weights are packed for every call).
   const bool split_rows = p.threads > 1 && panels_i >= 2 * p.threads;
+  // A bf16 result rounded from the kernel's accumulators in each block's last K chunk, so
+  // that no pass over C follows (GemmBf16Out); the driver rounds the exact path's tiles.
+  const bool rounds_bf16 = Kernel::kRoundsBf16 && p.bf16_out != nullptr;
+  if (rounds_bf16) p.bf16_out->written = true;
   const Bf16Table b_table(p.b.format);
   const Tensor b_pack = split_rows ? PackB(p.b, cols_pad, kbs, p.threads) : Tensor();
 
@@ -667,8 +718,13 @@ void RunBf16Gemm(const GemmProblem& p, std::vector<uint8_t>& skipped) {
         const uint16_t* a_panel = a + (2 * pi) * kbs * kTileElems;
         const uint16_t* b_panel = b + 2 * (pj - pj_base) * kbs * kTileElems;
         const int64_t i0 = pi * kBlockDim, j0 = pj * kBlockDim;
+        const bool last = rounds_bf16 && kb1 == kbs;
+        const float* bias = last && p.bf16_out->bias != nullptr ? p.bf16_out->bias + j0 : nullptr;
         if (i0 + kBlockDim <= rows && j0 + kBlockDim <= cols) {
-          Kernel::Block(a_panel, b_panel, kbs, kb0, kb1, p.c + i0 * cols + j0, cols, load_c, next);
+          const Bf16Dst out16 =
+              last ? Bf16Dst{p.bf16_out->data + i0 * cols + j0, cols, bias} : Bf16Dst{};
+          Kernel::Block(a_panel, b_panel, kbs, kb0, kb1, p.c + i0 * cols + j0, cols, load_c, next,
+                        out16);
           return;
         }
         // An edge block: through a zero-padded copy of the part of C that exists.
@@ -677,9 +733,13 @@ void RunBf16Gemm(const GemmProblem& p, std::vector<uint8_t>& skipped) {
         for (int64_t r = 0; r < h && load_c; ++r) {
           std::memcpy(scratch + r * kBlockDim, p.c + (i0 + r) * cols + j0, w * sizeof(float));
         }
-        Kernel::Block(a_panel, b_panel, kbs, kb0, kb1, scratch, kBlockDim, load_c, next);
+        Kernel::Block(a_panel, b_panel, kbs, kb0, kb1, scratch, kBlockDim, load_c, next, Bf16Dst{});
         for (int64_t r = 0; r < h; ++r) {
-          std::memcpy(p.c + (i0 + r) * cols + j0, scratch + r * kBlockDim, w * sizeof(float));
+          if (last) {
+            NarrowToBf16(scratch + r * kBlockDim, w, bias, p.bf16_out->data + (i0 + r) * cols + j0);
+          } else {
+            std::memcpy(p.c + (i0 + r) * cols + j0, scratch + r * kBlockDim, w * sizeof(float));
+          }
         }
       };
       for (int64_t kb0 = chunk0 * kChunkBlocks; kb0 < std::min(kbs, chunk1 * kChunkBlocks);
