@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -241,6 +242,18 @@ TEST(NnCrossEntropy, LossAndGradientMatchReferences) {
   CheckGrad("dlogits", logits, dlogits, loss, 1e-3, 2e-3, 1000);
   const std::vector<int32_t> bad = {0, 7, 0, 0};
   EXPECT_THROW(nn::CrossEntropy(logits, bad), Error);
+  // A NaN logit, first in its row or not, makes that row's gradient NaN and leaves the
+  // other rows' as they were; the loss is NaN.
+  for (const int col : {0, 4}) {
+    Tensor bad_logits = Tensor::Empty(DType::kF32, {4, 7});
+    std::memcpy(bad_logits.raw(), logits.raw(), logits.NumBytes());
+    bad_logits.data<float>()[1 * 7 + col] = std::numeric_limits<float>::quiet_NaN();
+    Tensor dbad;
+    EXPECT_TRUE(std::isnan(nn::CrossEntropy(bad_logits, targets, &dbad, 0.5f))) << col;
+    for (int j = 0; j < 7; ++j) EXPECT_TRUE(std::isnan(dbad.data<float>()[7 + j])) << col << j;
+    EXPECT_EQ(0, std::memcmp(dbad.raw(), dlogits.raw(), 7 * sizeof(float))) << col;
+    EXPECT_EQ(0, std::memcmp(dbad.data<float>() + 14, dlogits.data<float>() + 14, 14 * 4)) << col;
+  }
 }
 
 TEST(NnThreads, ResultsDoNotDependOnTheThreadCount) {

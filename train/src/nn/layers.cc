@@ -184,19 +184,29 @@ double CrossEntropy(const Tensor& logits, std::span<const int32_t> targets, Tens
   const float* lp = logits.data<float>();
   float* dp = dlogits != nullptr ? dlogits->data<float>() : nullptr;
   const float scale = grad_scale / static_cast<float>(n > 0 ? n : 1);
-#pragma omp parallel for num_threads(Threads(threads)) schedule(static)
-  for (int64_t i = 0; i < n; ++i) {
-    const float* row = lp + i * v;
-    float mx = row[0];
-    for (int64_t j = 1; j < v; ++j) mx = std::fmax(mx, row[j]);
-    if (std::isnan(row[0])) mx = row[0];
-    double sum = 0;
-    for (int64_t j = 0; j < v; ++j) sum += std::exp(static_cast<double>(row[j]) - mx);
-    row_loss[i] = std::log(sum) + mx - row[targets[i]];
-    if (dp != nullptr) {
+#pragma omp parallel num_threads(Threads(threads))
+  {
+    std::vector<double> e(static_cast<size_t>(v));  // a row's exponentials, for both passes
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < n; ++i) {
+      const float* row = lp + i * v;
+      // The max as std::fmax would take it, without a call an element: a NaN never wins
+      // (a NaN first element is taken below), and equal zeros of opposite sign, the one
+      // case where the two may differ, give the same differences and exponentials.
+      float mx = row[0];
+      for (int64_t j = 1; j < v; ++j) mx = row[j] > mx ? row[j] : mx;
+      if (std::isnan(row[0])) mx = row[0];
+      double sum = 0;
       for (int64_t j = 0; j < v; ++j) {
-        const double p = std::exp(static_cast<double>(row[j]) - mx) / sum;
-        dp[i * v + j] = static_cast<float>(p - (j == targets[i] ? 1.0 : 0.0)) * scale;
+        e[j] = std::exp(static_cast<double>(row[j]) - mx);
+        sum += e[j];
+      }
+      row_loss[i] = std::log(sum) + mx - row[targets[i]];
+      if (dp != nullptr) {
+        for (int64_t j = 0; j < v; ++j) {
+          const double p = e[j] / sum;
+          dp[i * v + j] = static_cast<float>(p - (j == targets[i] ? 1.0 : 0.0)) * scale;
+        }
       }
     }
   }
