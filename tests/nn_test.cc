@@ -97,6 +97,45 @@ TEST(NnRmsNorm, GradientsMatchFiniteDifferences) {
   EXPECT_FLOAT_EQ(dgain.data<float>()[0], 2 * once);
 }
 
+// The definition's loops, one row (or one column of the gain's gradient) at a time, each
+// sum in order: the layer's results, whatever rows it groups or columns it blocks, are
+// these bits (13 rows: groups and a partial one; 150 columns: blocks and a partial one).
+TEST(NnRmsNorm, EqualsTheInOrderLoopsBitForBit) {
+  const int64_t t = 13, d = 150;
+  const Tensor x = Random({t, d}, 30), gain = Random({d}, 31), dy = Random({t, d}, 32);
+  const float* xp = x.data<float>();
+  const float* g = gain.data<float>();
+  const float* gp = dy.data<float>();
+  std::vector<float> y(t * d), rstd(t), dx(t * d), dgain(d, 0.25f);
+  for (int64_t i = 0; i < t; ++i) {
+    double ss = 0;
+    for (int64_t j = 0; j < d; ++j) ss += static_cast<double>(xp[i * d + j]) * xp[i * d + j];
+    rstd[i] = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(d) + 1e-5f));
+    for (int64_t j = 0; j < d; ++j) y[i * d + j] = xp[i * d + j] * rstd[i] * g[j];
+    double dot = 0;
+    for (int64_t j = 0; j < d; ++j) {
+      dot += static_cast<double>(xp[i * d + j]) * rstd[i] * g[j] * gp[i * d + j];
+    }
+    const float m = static_cast<float>(dot / static_cast<double>(d));
+    for (int64_t j = 0; j < d; ++j) {
+      dx[i * d + j] = rstd[i] * (g[j] * gp[i * d + j] - xp[i * d + j] * rstd[i] * m);
+    }
+  }
+  for (int64_t j = 0; j < d; ++j) {
+    float s = 0;
+    for (int64_t i = 0; i < t; ++i) s += gp[i * d + j] * xp[i * d + j] * rstd[i];
+    dgain[j] += s;
+  }
+  const nn::RmsNormOut o = nn::RmsNormForward(x, gain);
+  Tensor dg = Tensor::Empty(DType::kF32, {d});
+  for (int64_t j = 0; j < d; ++j) dg.data<float>()[j] = 0.25f;
+  const Tensor dxt = nn::RmsNormBackward(dy, x, gain, o.rstd, dg);
+  EXPECT_EQ(0, std::memcmp(o.y.raw(), y.data(), y.size() * sizeof(float)));
+  EXPECT_EQ(0, std::memcmp(o.rstd.raw(), rstd.data(), rstd.size() * sizeof(float)));
+  EXPECT_EQ(0, std::memcmp(dxt.raw(), dx.data(), dx.size() * sizeof(float)));
+  EXPECT_EQ(0, std::memcmp(dg.raw(), dgain.data(), dgain.size() * sizeof(float)));
+}
+
 TEST(NnAttention, GradientsMatchFiniteDifferences) {
   const int64_t b = 2, t = 5, h = 2, d = 4;
   Tensor q = Random({b * t, h * d}, 6), k = Random({b * t, h * d}, 7),

@@ -1,4 +1,5 @@
 // Embedding, RMSNorm, SwiGLU, cross-entropy and the residual adds (nn.h).
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -47,6 +48,13 @@ void EmbeddingBackward(const Tensor& dy, std::span<const int32_t> ids, Tensor& d
   }
 }
 
+namespace {
+// RMSNorm's reductions: rows a group (independent chains per row), columns a block (the
+// gain gradient's per-column sums, vectorized along the block).
+constexpr int64_t kRowGroup = 4;
+constexpr int64_t kColumnBlock = 64;
+}  // namespace
+
 RmsNormOut RmsNormForward(const Tensor& x, const Tensor& gain, float eps, int threads) {
   CheckF32Matrix(x, "rmsnorm input");
   const int64_t t = x.shape()[0], d = x.shape()[1];
@@ -57,14 +65,34 @@ RmsNormOut RmsNormForward(const Tensor& x, const Tensor& gain, float eps, int th
   const float* g = gain.data<float>();
   float* y = o.y.data<float>();
   float* r = o.rstd.data<float>();
+  // kRowGroup rows at a time: each row's sum of squares stays one chain in j order, and
+  // the group's chains run side by side instead of one add's latency after another.
 #pragma omp parallel for num_threads(Threads(threads)) schedule(static)
-  for (int64_t i = 0; i < t; ++i) {
-    const float* row = xp + i * d;
-    double ss = 0;
-    for (int64_t j = 0; j < d; ++j) ss += static_cast<double>(row[j]) * row[j];
-    const float rs = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(d) + eps));
-    r[i] = rs;
-    for (int64_t j = 0; j < d; ++j) y[i * d + j] = row[j] * rs * g[j];
+  for (int64_t i0 = 0; i0 < t; i0 += kRowGroup) {
+    const int64_t rows = std::min(kRowGroup, t - i0);
+    double ss[kRowGroup] = {};
+    if (rows == kRowGroup) {
+      for (int64_t j = 0; j < d; ++j) {
+        for (int64_t q = 0; q < kRowGroup; ++q) {
+          const float v = xp[(i0 + q) * d + j];
+          ss[q] += static_cast<double>(v) * v;
+        }
+      }
+    } else {
+      for (int64_t q = 0; q < rows; ++q) {
+        for (int64_t j = 0; j < d; ++j) {
+          const float v = xp[(i0 + q) * d + j];
+          ss[q] += static_cast<double>(v) * v;
+        }
+      }
+    }
+    for (int64_t q = 0; q < rows; ++q) {
+      const int64_t i = i0 + q;
+      const float* row = xp + i * d;
+      const float rs = static_cast<float>(1.0 / std::sqrt(ss[q] / static_cast<double>(d) + eps));
+      r[i] = rs;
+      for (int64_t j = 0; j < d; ++j) y[i * d + j] = row[j] * rs * g[j];
+    }
   }
   return o;
 }
@@ -84,25 +112,48 @@ Tensor RmsNormBackward(const Tensor& dy, const Tensor& x, const Tensor& gain, co
   const float* r = rstd.data<float>();
   float* out = dx.data<float>();
   // dx = rstd * (g * dy - xhat * mean(xhat * g * dy)), xhat = x * rstd.
+  // Rows in groups, each row's dot one chain in j order (as the forward's sums).
 #pragma omp parallel for num_threads(Threads(threads)) schedule(static)
-  for (int64_t i = 0; i < t; ++i) {
-    const float* xr = xp + i * d;
-    const float* dr = gp + i * d;
-    double dot = 0;
-    for (int64_t j = 0; j < d; ++j) dot += static_cast<double>(xr[j]) * r[i] * g[j] * dr[j];
-    const float m = static_cast<float>(dot / static_cast<double>(d));
-    for (int64_t j = 0; j < d; ++j) {
-      const float xhat = xr[j] * r[i];
-      out[i * d + j] = r[i] * (g[j] * dr[j] - xhat * m);
+  for (int64_t i0 = 0; i0 < t; i0 += kRowGroup) {
+    const int64_t rows = std::min(kRowGroup, t - i0);
+    double dot[kRowGroup] = {};
+    const auto term = [&](int64_t i, int64_t j) {
+      return static_cast<double>(xp[i * d + j]) * r[i] * g[j] * gp[i * d + j];
+    };
+    if (rows == kRowGroup) {
+      for (int64_t j = 0; j < d; ++j) {
+        for (int64_t q = 0; q < kRowGroup; ++q) dot[q] += term(i0 + q, j);
+      }
+    } else {
+      for (int64_t q = 0; q < rows; ++q) {
+        for (int64_t j = 0; j < d; ++j) dot[q] += term(i0 + q, j);
+      }
+    }
+    for (int64_t q = 0; q < rows; ++q) {
+      const int64_t i = i0 + q;
+      const float* xr = xp + i * d;
+      const float* dr = gp + i * d;
+      const float m = static_cast<float>(dot[q] / static_cast<double>(d));
+      for (int64_t j = 0; j < d; ++j) {
+        const float xhat = xr[j] * r[i];
+        out[i * d + j] = r[i] * (g[j] * dr[j] - xhat * m);
+      }
     }
   }
-  // The gain's gradient: per column, summed over rows in order.
+  // The gain's gradient: per column, summed over rows in order; a thread takes a block of
+  // columns and walks the rows, its columns' sums side by side (vectors along j).
   float* dg = dgain.data<float>();
 #pragma omp parallel for num_threads(Threads(threads)) schedule(static)
-  for (int64_t j = 0; j < d; ++j) {
-    float s = 0;
-    for (int64_t i = 0; i < t; ++i) s += gp[i * d + j] * xp[i * d + j] * r[i];
-    dg[j] += s;
+  for (int64_t j0 = 0; j0 < d; j0 += kColumnBlock) {
+    const int64_t cols = std::min(kColumnBlock, d - j0);
+    float s[kColumnBlock] = {};
+    for (int64_t i = 0; i < t; ++i) {
+      const float* gr = gp + i * d + j0;
+      const float* xr = xp + i * d + j0;
+      const float ri = r[i];
+      for (int64_t c = 0; c < cols; ++c) s[c] += gr[c] * xr[c] * ri;
+    }
+    for (int64_t c = 0; c < cols; ++c) dg[j0 + c] += s[c];
   }
   return dx;
 }
