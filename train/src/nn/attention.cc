@@ -39,6 +39,48 @@ Dims CheckAttention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t b
   return Dims{batch, q.shape()[0] / batch, heads, q.shape()[1] / heads, q.shape()[1]};
 }
 
+// A head's rows [T, d] (row stride width) transposed to [d, T] in `out`, so that a row of
+// scores is a sum of d scaled rows (vectors along j without reassociating any sum).
+void TransposeHead(const Dims& n, const float* head, float* out) {
+  for (int64_t j = 0; j < n.t; ++j) {
+    for (int64_t c = 0; c < n.d; ++c) out[c * n.t + j] = head[j * n.width + c];
+  }
+}
+
+// out [T, T] (on and below the diagonal; above it stays as it is) = a head's rows [T, d]
+// times the transpose `transposed` [d, T] of another: S = Q K^T, dP = dO V^T.
+void ScoresToDiagonal(const Dims& n, const float* head, const float* transposed, float* out) {
+  OrderedMatMulF32({.rows = n.t,
+                    .cols = n.t,
+                    .depth = n.d,
+                    .a = head,
+                    .a_row = n.width,
+                    .a_depth = 1,
+                    .b = transposed,
+                    .ldb = n.t,
+                    .c = out,
+                    .ldc = n.t,
+                    .range = OrderedRange::kColsToDiagonal});
+}
+
+// A head's rows of `out` = m [T, T] (lower triangular), or its transpose, times a head's
+// rows [T, d]: O = P V and dQ = dS K sum over j <= i; dK = dS^T Q and dV = P^T dO over
+// i >= j.
+void TimesHead(const Dims& n, const float* m, bool transposed, const float* head, float* out) {
+  OrderedMatMulF32(
+      {.rows = n.t,
+       .cols = n.d,
+       .depth = n.t,
+       .a = m,
+       .a_row = transposed ? 1 : n.t,
+       .a_depth = transposed ? n.t : 1,
+       .b = head,
+       .ldb = n.width,
+       .c = out,
+       .ldc = n.width,
+       .range = transposed ? OrderedRange::kDepthFromDiagonal : OrderedRange::kDepthToDiagonal});
+}
+
 }  // namespace
 
 AttentionOut CausalAttentionForward(const Tensor& q, const Tensor& k, const Tensor& v,
@@ -54,30 +96,14 @@ AttentionOut CausalAttentionForward(const Tensor& q, const Tensor& k, const Tens
   const float scale = 1.0f / std::sqrt(static_cast<float>(n.d));
 #pragma omp parallel num_threads(Threads(threads))
   {
-    // K of one (b, h) transposed to [d, T], so that a row of scores is a sum of d scaled
-    // rows (vectorizes along j without reassociating any sum).
-    std::vector<float> kt(static_cast<size_t>(n.d * n.t));
+    std::vector<float> kt(static_cast<size_t>(n.d * n.t));  // K of one (b, h), transposed
 #pragma omp for schedule(static)
     for (int64_t bh = 0; bh < n.b * n.h; ++bh) {
       const int64_t b = bh / n.h, h = bh % n.h;
-      const int64_t row0 = b * n.t, col0 = h * n.d;
+      const int64_t base = (b * n.t) * n.width + h * n.d;  // (row 0, column 0) of this pair
       float* p = probs + bh * n.t * n.t;
-      for (int64_t j = 0; j < n.t; ++j) {
-        const float* kj = kp + (row0 + j) * n.width + col0;
-        for (int64_t c = 0; c < n.d; ++c) kt[c * n.t + j] = kj[c];
-      }
-      // S = Q K^T on and below the diagonal (above it P stays zero).
-      OrderedMatMulF32({.rows = n.t,
-                        .cols = n.t,
-                        .depth = n.d,
-                        .a = qp + row0 * n.width + col0,
-                        .a_row = n.width,
-                        .a_depth = 1,
-                        .b = kt.data(),
-                        .ldb = n.t,
-                        .c = p,
-                        .ldc = n.t,
-                        .range = OrderedRange::kColsToDiagonal});
+      TransposeHead(n, kp + base, kt.data());
+      ScoresToDiagonal(n, qp + base, kt.data(), p);  // S; above the diagonal P stays zero
       for (int64_t i = 0; i < n.t; ++i) {
         float* pi = p + i * n.t;
         float mx = -INFINITY;
@@ -93,18 +119,7 @@ AttentionOut CausalAttentionForward(const Tensor& q, const Tensor& k, const Tens
         const float inv = 1.0f / sum;
         for (int64_t j = 0; j <= i; ++j) pi[j] *= inv;
       }
-      // O = P V, row i over j <= i.
-      OrderedMatMulF32({.rows = n.t,
-                        .cols = n.d,
-                        .depth = n.t,
-                        .a = p,
-                        .a_row = n.t,
-                        .a_depth = 1,
-                        .b = vp + row0 * n.width + col0,
-                        .ldb = n.width,
-                        .c = out + row0 * n.width + col0,
-                        .ldc = n.width,
-                        .range = OrderedRange::kDepthToDiagonal});
+      TimesHead(n, p, /*transposed=*/false, vp + base, out + base);  // O = P V
     }
   }
   return o;
@@ -140,22 +155,8 @@ AttentionGrads CausalAttentionBackward(const Tensor& dout, const Tensor& q, cons
       const int64_t b = bh / n.h, h = bh % n.h;
       const int64_t base = (b * n.t) * n.width + h * n.d;  // (row 0, column 0) of this pair
       const float* p = pp + bh * n.t * n.t;
-      for (int64_t j = 0; j < n.t; ++j) {
-        const float* vj = vp + base + j * n.width;
-        for (int64_t c = 0; c < n.d; ++c) vt[c * n.t + j] = vj[c];
-      }
-      // dP = dO V^T on and below the diagonal, into ds.
-      OrderedMatMulF32({.rows = n.t,
-                        .cols = n.t,
-                        .depth = n.d,
-                        .a = dop + base,
-                        .a_row = n.width,
-                        .a_depth = 1,
-                        .b = vt.data(),
-                        .ldb = n.t,
-                        .c = ds.data(),
-                        .ldc = n.t,
-                        .range = OrderedRange::kColsToDiagonal});
+      TransposeHead(n, vp + base, vt.data());
+      ScoresToDiagonal(n, dop + base, vt.data(), ds.data());  // dP, into ds
       for (int64_t i = 0; i < n.t; ++i) {
         const float* pi = p + i * n.t;
         float* dsi = ds.data() + i * n.t;
@@ -163,40 +164,9 @@ AttentionGrads CausalAttentionBackward(const Tensor& dout, const Tensor& q, cons
         for (int64_t j = 0; j <= i; ++j) dot += pi[j] * dsi[j];
         for (int64_t j = 0; j <= i; ++j) dsi[j] = pi[j] * (dsi[j] - dot) * scale;
       }
-      // dQ = dS K (row i over j <= i); dK = dS^T Q and dV = P^T dO (row j over i >= j).
-      OrderedMatMulF32({.rows = n.t,
-                        .cols = n.d,
-                        .depth = n.t,
-                        .a = ds.data(),
-                        .a_row = n.t,
-                        .a_depth = 1,
-                        .b = kp + base,
-                        .ldb = n.width,
-                        .c = dq + base,
-                        .ldc = n.width,
-                        .range = OrderedRange::kDepthToDiagonal});
-      OrderedMatMulF32({.rows = n.t,
-                        .cols = n.d,
-                        .depth = n.t,
-                        .a = ds.data(),
-                        .a_row = 1,
-                        .a_depth = n.t,
-                        .b = qp + base,
-                        .ldb = n.width,
-                        .c = dk + base,
-                        .ldc = n.width,
-                        .range = OrderedRange::kDepthFromDiagonal});
-      OrderedMatMulF32({.rows = n.t,
-                        .cols = n.d,
-                        .depth = n.t,
-                        .a = p,
-                        .a_row = 1,
-                        .a_depth = n.t,
-                        .b = dop + base,
-                        .ldb = n.width,
-                        .c = dv + base,
-                        .ldc = n.width,
-                        .range = OrderedRange::kDepthFromDiagonal});
+      TimesHead(n, ds.data(), /*transposed=*/false, kp + base, dq + base);  // dQ = dS K
+      TimesHead(n, ds.data(), /*transposed=*/true, qp + base, dk + base);   // dK = dS^T Q
+      TimesHead(n, p, /*transposed=*/true, dop + base, dv + base);          // dV = P^T dO
     }
   }
   return g;
