@@ -48,11 +48,12 @@ enum class OrderedRange : uint8_t {
 //   C(r, n) = (((0 + A(r, k0) * B(k0, n)) + A(r, k0 + 1) * B(k0 + 1, n)) + ...)
 // over its K range in increasing order, each product rounded to fp32 before it is added
 // (never fused), in the IEEE default environment: the bits of that plain loop (a NaN
-// result is a NaN, its payload unspecified), computed many columns at a time. A(r, k) = a[r * a_row
-// + k * a_depth] (any strides: a transposed view too), B(k, n) = b[k * ldb + n], C(r, n) = c[r *
-// ldc + n]; C must not overlap A or B. Reads of B and writes of C stay inside each row's columns.
-// One thread (callers split the work). Throws Error on negative sizes, ldb or ldc below cols, or
-// null pointers where elements are read or written.
+// result is a NaN, its payload unspecified), computed many columns at a time.
+//   A(r, k) = a[r * a_row + k * a_depth]   (any strides: a transposed view too)
+//   B(k, n) = b[k * ldb + n],  C(r, n) = c[r * ldc + n]
+// C must not overlap A or B. Reads of B and writes of C stay inside each row's columns.
+// One thread (callers split the work). Throws Error on negative sizes, ldb or ldc below
+// cols, or null pointers where elements are read or written.
 struct OrderedMatMul {
   int64_t rows = 0, cols = 0, depth = 0;
   const float* a = nullptr;
