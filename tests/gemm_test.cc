@@ -321,6 +321,62 @@ TEST_P(GemmPerPath, LongContractionAndWideOutput) {
   ExpectWithinBound(acc, a, b, path + " fprop S=2200 accumulate", nullptr, &before);
 }
 
+// A GEMM's bytes do not depend on its thread count (the grouped GEMM relies on it): on 1,
+// 2 and 3 threads, the three layouts, a bf16 result with bias and an accumulated one give
+// the same bytes, and the one-thread results are within the oracle's bound. The shapes
+// take the bf16 kernels' schedules: operands packed inside the compute region (each thread
+// its own rows of A) or packed first with streamed stores (the last shape's fprop: over
+// 1 MiB of A a thread; its oracle only for fprop, the double loops being the test's cost),
+// rows split between the threads or column items, and edge blocks of 1-31 rows.
+TEST_P(GemmPerPath, AnyThreadCountGivesTheSameBytes) {
+  const std::string& path = GetParam();
+  struct Shape3 {
+    int64_t m, n, k;
+  };
+  std::vector<Shape3> shapes{{130, 70, 96}, {300, 100, 200}, {97, 33, 64}};
+  if (path != "portable") shapes.push_back({520, 40, 2100});  // (too slow there)
+  for (const Shape3& s : shapes) {
+    const bool big = s.k > 1000;
+    const Operands o = MakeTrainingOperands(s.m, s.n, s.k, static_cast<uint64_t>(s.m + s.k), -3, 3);
+    Tensor bias = MakeF32({s.n}, RandomValues(s.n, 7, -1, 1));
+    const std::vector<float> before_values = RandomValues(s.n * s.k, 8, -1, 1);
+    const auto run = [&](int threads) {
+      GemmOptions opts;
+      opts.threads = threads;
+      std::vector<Tensor> out;
+      out.push_back(MxGemm(o.x_row, o.w_row, opts));
+      out.push_back(MxGemm(o.dy_row, o.w_col, opts));
+      out.push_back(MxGemm(o.dy_col, o.x_col, opts));
+      GemmOptions bf16 = opts;
+      bf16.out_dtype = DType::kBF16;
+      bf16.bias = &bias;
+      out.push_back(MxGemm(o.x_row, o.w_row, bf16));
+      Tensor acc = MakeF32({s.n, s.k}, before_values);
+      GemmOptions accumulate = opts;
+      accumulate.accumulate = &acc;
+      MxGemm(o.dy_col, o.x_col, accumulate);
+      out.push_back(acc);
+      return out;
+    };
+    const std::string shape = StrCat(path, " ", s.m, "x", s.n, "x", s.k);
+    const std::vector<Tensor> one = run(1);
+    ExpectWithinBound(one[0], o.x_row, o.w_row, shape + " fprop");
+    for (const int threads : {2, 3}) {
+      const std::vector<Tensor> got = run(threads);
+      for (size_t i = 0; i < got.size(); ++i) {
+        EXPECT_TRUE(testing_util::BytesEqual(got[i], one[i]))
+            << shape << " output " << i << " threads " << threads;
+      }
+    }
+    if (big) continue;
+    ExpectWithinBound(one[1], o.dy_row, o.w_col, shape + " dgrad");
+    ExpectWithinBound(one[2], o.dy_col, o.x_col, shape + " wgrad");
+    ExpectWithinBound(one[3], o.x_row, o.w_row, shape + " bf16 with bias", &bias);
+    const Tensor before = MakeF32({s.n, s.k}, before_values);
+    ExpectWithinBound(one[4], o.dy_col, o.x_col, shape + " accumulate", nullptr, &before);
+  }
+}
+
 TEST_P(GemmPerPath, WritesIntoAGivenOutput) {
   const Operands o = MakeTrainingOperands(40, 24, 64, 91, -2, 2);
   const std::string& path = GetParam();

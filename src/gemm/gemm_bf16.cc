@@ -47,6 +47,9 @@ constexpr int64_t kChunkBlocks = 64;     // K blocks (of 32) per pass over C: 20
 // B tiles a thread keeps in L2 for one work item (of its 2 MiB): the item is as many
 // 32-column panels as fit, at least 2, so that each pass of A over them does more work.
 constexpr int64_t kBudgetBytes = 1 << 20;
+// Packs of at most this much a thread (its rows of A, and all of B) are written inside the
+// compute region with ordinary stores (RunBf16Gemm); larger ones first, streamed.
+constexpr int64_t kInRegionBytes = 1 << 20;
 
 struct alignas(64) TileConfig {
   uint8_t palette_id = 1;
@@ -314,27 +317,47 @@ MXTRAIN_AVX512 inline void StoreRows(const __m512i* rows, int n, uint16_t* dst) 
 
 // A (logical [I, S]) as 16x32 row tiles: tile (ti, kb) holds rows 16 ti.., K 32 kb..
 // Rows past I and K past S are zero.
+template <bool kStream>
 MXTRAIN_AVX512 void PackATiles(const GemmOperand& op, const Bf16Table& table, int64_t ti,
                                int64_t kbs, uint16_t* dst) {
   const Bf16Decoder dec(table);
   for (int64_t kb = 0; kb < kbs; ++kb) {
     __m512i rows[16];
     DecodeRowBlocks<16>(op, dec, table, ti * 16, kb, rows);
-    StoreRows(rows, 16, dst + (ti * kbs + kb) * kTileElems);
+    StoreRows<kStream>(rows, 16, dst + (ti * kbs + kb) * kTileElems);
   }
 }
 
 // Columnwise storage [S, I]: the 32 storage rows (K) of K block kb over the 32 free
 // indices of tiles ti and ti + 1, transposed: rows 0-15 of the transpose are tile ti,
 // rows 16-31 tile ti + 1.
+template <bool kStream>
 MXTRAIN_AVX512 void PackATilePairColumnwise(const GemmOperand& op, const Bf16Table& table,
                                             int64_t ti, int64_t kb, int64_t kbs, uint16_t* dst) {
   const Bf16Decoder dec(table);
   __m512i rows[32];
   DecodeStorageRows(op, dec, table, kb, ti * 16, rows);
   TransposeRows<uint16_t>(rows);
-  StoreRows(rows, 16, dst + (ti * kbs + kb) * kTileElems);
-  StoreRows(rows + 16, 16, dst + ((ti + 1) * kbs + kb) * kTileElems);
+  StoreRows<kStream>(rows, 16, dst + (ti * kbs + kb) * kTileElems);
+  StoreRows<kStream>(rows + 16, 16, dst + ((ti + 1) * kbs + kb) * kTileElems);
+}
+
+// Tiles [ti0, ti1) of A (both even: whole 32-row panels) on the calling thread, with
+// ordinary stores: the rows a thread is about to compute, packed into its own L2. Columnwise
+// storage K block by K block, so that consecutive tile pairs read adjacent bytes of each
+// storage row.
+void PackARowsCached(const GemmOperand& op, const Bf16Table& table, int64_t ti0, int64_t ti1,
+                     int64_t kbs, uint16_t* dst) {
+  MXTRAIN_DCHECK(ti0 % 2 == 0 && ti1 % 2 == 0);
+  if (!op.contract_rows) {
+    for (int64_t ti = ti0; ti < ti1; ++ti) PackATiles<false>(op, table, ti, kbs, dst);
+    return;
+  }
+  for (int64_t kb = 0; kb < kbs; ++kb) {
+    for (int64_t ti = ti0; ti < ti1; ti += 2) {
+      PackATilePairColumnwise<false>(op, table, ti, kb, kbs, dst);
+    }
+  }
 }
 
 Tensor PackA(const GemmOperand& op, int64_t rows_pad, int64_t kbs, int threads) {
@@ -349,7 +372,7 @@ Tensor PackA(const GemmOperand& op, int64_t rows_pad, int64_t kbs, int threads) 
     {
       const internal::ScopedFpEnv fp_env;
 #pragma omp for schedule(static) nowait
-      for (int64_t ti = 0; ti < rows_pad / 16; ++ti) PackATiles(op, table, ti, kbs, dst);
+      for (int64_t ti = 0; ti < rows_pad / 16; ++ti) PackATiles<true>(op, table, ti, kbs, dst);
       _mm_sfence();
     }
     return out;
@@ -364,7 +387,7 @@ Tensor PackA(const GemmOperand& op, int64_t rows_pad, int64_t kbs, int threads) 
 #pragma omp for schedule(static) nowait
     for (int64_t kb = 0; kb < kbs; ++kb) {
       for (int64_t ti = 0; ti < rows_pad / 16; ti += 2) {
-        PackATilePairColumnwise(op, table, ti, kb, kbs, dst);
+        PackATilePairColumnwise<true>(op, table, ti, kb, kbs, dst);
       }
     }
     _mm_sfence();
@@ -426,7 +449,15 @@ void PackBPairs(const GemmOperand& op, const Bf16Table& table, int64_t tp0, int6
       }
     }
   } else {
+    // The next K block's storage rows into L2 while this one packs: each row's piece of the
+    // item is a few lines at a stride of J bytes, which the hardware prefetchers do not
+    // follow.
+    const int64_t f0 = tp0 * 32, f1 = std::min(op.free, tp1 * 32);
     for (int64_t kb = kb0; kb < kb1; ++kb) {
+      for (int64_t k = (kb + 1) * 32; kb + 1 < kb1 && k < std::min(op.s, (kb + 2) * 32); ++k) {
+        const uint8_t* row = op.data + k * op.free;
+        for (int64_t f = f0; f < f1; f += 64) _mm_prefetch(row + f, _MM_HINT_T1);
+      }
       for (int64_t tp = tp0; tp < tp1; ++tp) {
         PackBTilePair<kStream>(op, table, tp, kb, kbs, pair(tp));
       }
@@ -434,7 +465,23 @@ void PackBPairs(const GemmOperand& op, const Bf16Table& table, int64_t tp0, int6
   }
 }
 
-// All of B, threads splitting the tile pairs (rowwise storage) or the K blocks (columnwise).
+// The calling thread's share of all of B (cols_pad / 32 tile pairs) inside a parallel
+// region: threads split the tile pairs (rowwise storage) or the K blocks (columnwise).
+template <bool kStream>
+void PackBShare(const GemmOperand& op, const Bf16Table& table, int64_t cols_pad, int64_t kbs,
+                uint16_t* dst) {
+  const int64_t pairs = cols_pad / 32;
+  if (!op.contract_rows) {
+    const ThreadShare tp(pairs);
+    PackBPairs<kStream>(op, table, tp.begin, tp.end, 0, kbs, kbs,
+                        dst + 2 * tp.begin * kbs * kTileElems);
+  } else {
+    const ThreadShare kb(kbs);
+    PackBPairs<kStream>(op, table, 0, pairs, kb.begin, kb.end, kbs, dst);
+  }
+}
+
+// All of B, streamed.
 Tensor PackB(const GemmOperand& op, int64_t cols_pad, int64_t kbs, int threads) {
   MXTRAIN_DCHECK(cols_pad % kBlockDim == 0 && cols_pad >= op.free && kbs == op.blocks);
   const Bf16Table table(op.format);
@@ -442,18 +489,10 @@ Tensor PackB(const GemmOperand& op, int64_t cols_pad, int64_t kbs, int threads) 
       Tensor::Empty(DType::kBF16, {cols_pad / 16, kbs, kTileElems}, MemoryCategory::kWorkspace);
   uint16_t* dst = out.mutable_data<uint16_t>();
   MXTRAIN_DCHECK(reinterpret_cast<uintptr_t>(dst) % 64 == 0);  // whole-line (streamed) stores
-  const int64_t pairs = cols_pad / 32;
 #pragma omp parallel num_threads(threads)
   {
     const internal::ScopedFpEnv fp_env;
-    if (!op.contract_rows) {
-      const ThreadShare tp(pairs);
-      PackBPairs<true>(op, table, tp.begin, tp.end, 0, kbs, kbs,
-                       dst + 2 * tp.begin * kbs * kTileElems);
-    } else {
-      const ThreadShare kb(kbs);
-      PackBPairs<true>(op, table, 0, pairs, kb.begin, kb.end, kbs, dst);
-    }
+    PackBShare<true>(op, table, cols_pad, kbs, dst);
     _mm_sfence();
   }
   return out;
@@ -558,17 +597,20 @@ struct Bf16Dst {
   const float* bias = nullptr;  // the block's 32 columns
 };
 
-// The same C block with VDPBF16PS, in four strips of 8 rows x 32 columns (A tile ta, rows
+// The same C block with VDPBF16PS, in strips of 8 rows x 32 columns (A tile ta, rows
 // 8 h ..): 16 zmm accumulators, and per K pair p, two loads of B's row p (tiles 0 and 1:
 // 16 columns x 2 each) and one broadcast of each row's pair (A[r][2p], A[r][2p + 1]) that
-// both column halves use.
+// both column halves use. Only the strips that hold C's first `rows` rows run (an edge
+// block of a group of 737 tokens has one row: one strip instead of four).
 MXTRAIN_DPBF16 void DpBlock(const uint16_t* a, const uint16_t* b, int64_t kbs, int64_t kb0,
-                            int64_t kb1, float* c, int64_t ldc, bool load_c, Bf16Dst out16) {
+                            int64_t kb1, float* c, int64_t ldc, bool load_c, int64_t rows,
+                            Bf16Dst out16) {
   MXTRAIN_DCHECK(0 <= kb0 && kb0 < kb1 && kb1 <= kbs && ldc >= kBlockDim);
+  MXTRAIN_DCHECK(0 < rows && rows <= kBlockDim);
   MXTRAIN_DCHECK(reinterpret_cast<uintptr_t>(b) % 64 == 0);  // aligned loads of B's rows
   constexpr int kStrip = 8;
   const uint16_t* b1 = b + kbs * kTileElems;
-  for (int64_t strip = 0; strip < 32 / kStrip; ++strip) {
+  for (int64_t strip = 0; strip < CeilDiv(rows, kStrip); ++strip) {
     const int64_t ta = strip / 2, r0 = (strip % 2) * kStrip;
     const uint16_t* at = a + ta * kbs * kTileElems + r0 * 32;
     float* cs = c + (ta * 16 + r0) * ldc;
@@ -628,14 +670,16 @@ MXTRAIN_DPBF16 void DpBlock(const uint16_t* a, const uint16_t* b, int64_t kbs, i
 }
 
 // The microkernels the driver below runs: Begin and End once per thread, Block per C block
-// and K chunk.
+// and K chunk. Block's `rows`: how many of the block's 32 rows exist (the rest of C's
+// block is scratch, its A rows zero); a kernel may compute all 32.
 // kRoundsBf16: Block takes a Bf16Dst for a block's last K chunk (the AMX kernel stores
 // its tiles as fp32 and leaves the rounding to FinishGemm).
 struct AmxKernel {
   static constexpr bool kRoundsBf16 = false;
   static void Begin() { ConfigureTiles(); }
   static void Block(const uint16_t* a, const uint16_t* b, int64_t kbs, int64_t kb0, int64_t kb1,
-                    float* c, int64_t ldc, bool load_c, NextC next, Bf16Dst /*out16*/) {
+                    float* c, int64_t ldc, bool load_c, NextC next, int64_t /*rows*/,
+                    Bf16Dst /*out16*/) {
     AmxBlock(a, b, kbs, kb0, kb1, c, ldc, load_c, next);
   }
   static void End() { ReleaseTiles(); }
@@ -647,8 +691,9 @@ struct DpKernel {
   // VDPBF16PS loads C one zmm row at a time, which the hardware prefetchers follow: no
   // prefetch of the next block.
   static void Block(const uint16_t* a, const uint16_t* b, int64_t kbs, int64_t kb0, int64_t kb1,
-                    float* c, int64_t ldc, bool load_c, NextC /*next*/, Bf16Dst out16) {
-    DpBlock(a, b, kbs, kb0, kb1, c, ldc, load_c, out16);
+                    float* c, int64_t ldc, bool load_c, NextC /*next*/, int64_t rows,
+                    Bf16Dst out16) {
+    DpBlock(a, b, kbs, kb0, kb1, c, ldc, load_c, rows, out16);
   }
   static void End() {}
 };
@@ -661,9 +706,6 @@ void RunBf16Gemm(const GemmProblem& p, std::vector<uint8_t>& skipped) {
   const int64_t kbs = p.a.blocks;
   const int64_t panels_i = rows_pad / kBlockDim, panels_j = cols_pad / kBlockDim;
   const std::vector<uint8_t> block_ok = PlanBlocks(p, kBlockDim, kBlockDim, skipped);
-
-  const Tensor a_pack = PackA(p.a, rows_pad, kbs, p.threads);
-  const uint16_t* a = a_pack.const_data<uint16_t>();
   // K chunks outermost within an item (C blocks reloaded per chunk past the first), so that
   // only one chunk of each panel's B tiles has to stay in L2 and an item can be wide.
   const int64_t resident_kbs = std::min(kbs, kChunkBlocks);
@@ -680,12 +722,31 @@ void RunBf16Gemm(const GemmProblem& p, std::vector<uint8_t>& skipped) {
   // items and each packs its item's B tiles just before using them, so that they go to L2
   // instead of to memory and back (an expert's weights are packed for every call).
   const bool split_rows = p.threads > 1 && panels_i >= 2 * p.threads;
+  // Small operands are packed inside the compute region with ordinary stores (`in_region`):
+  // each thread packs the A rows it computes, which then stay in its L2, and its share of B
+  // before a barrier. A GEMM of the model (1024 x 128 x 128: 0.1 ms) spent a third of its
+  // time in two more parallel regions and in reading streamed packs back from memory. Large
+  // ones are packed first, with non-temporal stores (StoreRow).
+  const int64_t a_bytes = rows_pad * kbs * 32 * static_cast<int64_t>(sizeof(uint16_t));
+  const int64_t b_bytes = cols_pad * kbs * 32 * static_cast<int64_t>(sizeof(uint16_t));
+  const bool in_region = split_rows ? a_bytes / p.threads + b_bytes <= kInRegionBytes
+                                    : p.threads == 1 && a_bytes <= kInRegionBytes;
+  Tensor a_pack = in_region ? Tensor::Empty(DType::kBF16, {rows_pad / 16, kbs, kTileElems},
+                                            MemoryCategory::kWorkspace)
+                            : PackA(p.a, rows_pad, kbs, p.threads);
+  uint16_t* const a_dst = in_region ? a_pack.mutable_data<uint16_t>() : nullptr;
+  const uint16_t* a = a_pack.const_data<uint16_t>();
+  const Bf16Table a_table(p.a.format);
   // A bf16 result rounded from the kernel's accumulators in each block's last K chunk, so
   // that no pass over C follows (GemmBf16Out); the driver rounds the exact path's tiles.
   const bool rounds_bf16 = Kernel::kRoundsBf16 && p.bf16_out != nullptr;
   if (rounds_bf16) p.bf16_out->written = true;
   const Bf16Table b_table(p.b.format);
-  const Tensor b_pack = split_rows ? PackB(p.b, cols_pad, kbs, p.threads) : Tensor();
+  Tensor b_pack = !split_rows ? Tensor()
+                  : in_region ? Tensor::Empty(DType::kBF16, {cols_pad / 16, kbs, kTileElems},
+                                              MemoryCategory::kWorkspace)
+                              : PackB(p.b, cols_pad, kbs, p.threads);
+  uint16_t* const b_dst = split_rows && in_region ? b_pack.mutable_data<uint16_t>() : nullptr;
 
 #pragma omp parallel num_threads(p.threads)
   {
@@ -724,7 +785,7 @@ void RunBf16Gemm(const GemmProblem& p, std::vector<uint8_t>& skipped) {
           const Bf16Dst out16 =
               last ? Bf16Dst{p.bf16_out->data + i0 * cols + j0, cols, bias} : Bf16Dst{};
           Kernel::Block(a_panel, b_panel, kbs, kb0, kb1, p.c + i0 * cols + j0, cols, load_c, next,
-                        out16);
+                        kBlockDim, out16);
           return;
         }
         // An edge block: through a zero-padded copy of the part of C that exists.
@@ -733,7 +794,8 @@ void RunBf16Gemm(const GemmProblem& p, std::vector<uint8_t>& skipped) {
         for (int64_t r = 0; r < h && load_c; ++r) {
           std::memcpy(scratch + r * kBlockDim, p.c + (i0 + r) * cols + j0, w * sizeof(float));
         }
-        Kernel::Block(a_panel, b_panel, kbs, kb0, kb1, scratch, kBlockDim, load_c, next, Bf16Dst{});
+        Kernel::Block(a_panel, b_panel, kbs, kb0, kb1, scratch, kBlockDim, load_c, next, h,
+                      Bf16Dst{});
         for (int64_t r = 0; r < h; ++r) {
           if (last) {
             NarrowToBf16(scratch + r * kBlockDim, w, bias, p.bf16_out->data + (i0 + r) * cols + j0);
@@ -763,6 +825,17 @@ void RunBf16Gemm(const GemmProblem& p, std::vector<uint8_t>& skipped) {
     };
     const int64_t team = omp_get_num_threads();
     const int64_t chunks = CeilDiv(kbs, kChunkBlocks);
+    if (in_region) {
+      if (split_rows) {  // this thread's rows of A (as the loop below splits them), B shared
+        const int64_t t = omp_get_thread_num();
+        PackARowsCached(p.a, a_table, 2 * (panels_i * t / team), 2 * (panels_i * (t + 1) / team),
+                        kbs, a_dst);
+        PackBShare<false>(p.b, b_table, cols_pad, kbs, b_dst);
+#pragma omp barrier
+      } else {  // a team of one
+        PackARowsCached(p.a, a_table, 0, rows_pad / 16, kbs, a_dst);
+      }
+    }
     if (split_rows) {
       // K chunks outside the column items: one chunk of this thread's A panels is read by
       // every item while it is still in L3, where item by item over all of K streamed all
