@@ -583,12 +583,13 @@ TEST_P(GemmSimdF32PerTarget, SplitKIsTheOneThreadSchedule) {
   }
 }
 
-// Every finite code of both formats, under scale bytes from 2^-7 to 2^8, decodes in the
-// simd-f32 packs (rowwise operands through the transposing pack, columnwise ones a K step at
-// a time) to the tables' value times the scale: a GEMM against an identity operand (codes
-// of 1.0, scale 2^0) gives back each decoded element, a sum with exact zeros.
-TEST_P(GemmSimdF32PerTarget, PacksDecodeEveryFiniteCodeAsTheTables) {
-  ForceGemmPath("simd-f32");
+// Every finite code of both formats, under scale bytes from 2^-7 to 2^8, decodes in every
+// pack of the path in use to the tables' value times the scale: GEMMs against an identity
+// operand (codes of 1.0, scale 2^0) give back each decoded element, a sum with exact zeros.
+// The codes are A (rowwise, and columnwise: fprop's and wgrad's packs) and B (rowwise, and
+// columnwise: fprop's and dgrad's packs), on one thread (B packed per column item on the
+// bf16 paths) and two (B shared).
+void ExpectPacksDecodeEveryFiniteCode(const std::string& what) {
   const int64_t rows = 64, k = 256;  // every row holds each of the 256 codes once
   for (const ElementFormat format : {ElementFormat::kE4M3, ElementFormat::kE5M2}) {
     const uint8_t one = format == ElementFormat::kE4M3 ? 0x38 : 0x3C;
@@ -623,25 +624,43 @@ TEST_P(GemmSimdF32PerTarget, PacksDecodeEveryFiniteCodeAsTheTables) {
     const MxTensor e_row(eye, eye_scales, format, ScaleRule::kRceil, BlockAxis::kRowwise);
     const MxTensor e_col(eye, eye_scales.Reshape({k / 32, k}), format, ScaleRule::kRceil,
                          BlockAxis::kColumnwise);
-    GemmOptions g;
-    g.threads = 2;
-    const Tensor fprop = MxGemm(a, e_row, g);    // [rows, k]: A B^T
-    const Tensor wgrad = MxGemm(a_t, e_col, g);  // [rows, k]: A_t^T B
-    ASSERT_EQ(fprop.shape(), Shape({rows, k}));
-    ASSERT_EQ(wgrad.shape(), Shape({rows, k}));
-    int checked = 0;
-    for (int64_t r = 0; r < rows; ++r) {
-      for (int64_t c = 0; c < k; ++c) {
-        const float want = DecodeElement(format, code_at(r, c)) * DecodeE8M0(scale_at(r, c / 32));
-        ASSERT_EQ(fprop.data<float>()[r * k + c], want)
-            << Name(format) << " fprop row " << r << " code " << int{code_at(r, c)};
-        ASSERT_EQ(wgrad.data<float>()[r * k + c], want)
-            << Name(format) << " wgrad row " << r << " code " << int{code_at(r, c)};
-        ++checked;
+    for (const int threads : {1, 2}) {
+      GemmOptions g;
+      g.threads = threads;
+      const struct {
+        const char* name;
+        Tensor c;
+        bool transposed;                                       // [k, rows] rather than [rows, k]
+      } cases[] = {{"A rowwise", MxGemm(a, e_row, g), false},  // A E^T
+                   {"A columnwise", MxGemm(a_t, e_col, g), false},  // A_t^T E
+                   {"B rowwise", MxGemm(e_row, a, g), true},        // E A^T
+                   {"B columnwise", MxGemm(e_row, a_t, g), true}};  // E (A_t^T)^T
+      for (const auto& c : cases) {
+        ASSERT_EQ(c.c.shape(), c.transposed ? Shape({k, rows}) : Shape({rows, k}));
+        int checked = 0;
+        for (int64_t r = 0; r < rows; ++r) {
+          for (int64_t col = 0; col < k; ++col) {
+            const float want =
+                DecodeElement(format, code_at(r, col)) * DecodeE8M0(scale_at(r, col / 32));
+            const float got = c.c.data<float>()[c.transposed ? col * rows + r : r * k + col];
+            ASSERT_EQ(got, want) << what << " " << Name(format) << " " << c.name << " threads "
+                                 << threads << " row " << r << " code " << int{code_at(r, col)};
+            ++checked;
+          }
+        }
+        EXPECT_EQ(checked, rows * k);
       }
     }
-    EXPECT_EQ(checked, rows * k);
   }
+}
+
+TEST_P(GemmPerPath, PacksDecodeEveryFiniteCodeAsTheTables) {
+  ExpectPacksDecodeEveryFiniteCode(GetParam());
+}
+
+TEST_P(GemmSimdF32PerTarget, PacksDecodeEveryFiniteCodeAsTheTables) {
+  ForceGemmPath("simd-f32");
+  ExpectPacksDecodeEveryFiniteCode("simd-f32 " + GetParam());
 }
 
 TEST_P(GemmSimdF32PerTarget, Bf16ResultIsTheRoundedF32Result) {
