@@ -360,11 +360,16 @@ void PackARowsCached(const GemmOperand& op, const Bf16Table& table, int64_t ti0,
   }
 }
 
-Tensor PackA(const GemmOperand& op, int64_t rows_pad, int64_t kbs, int threads) {
+// Room for `tiles` 16-row (or 16-column) tiles of an operand over kbs K blocks.
+Tensor EmptyTiles(int64_t tiles, int64_t kbs) {
+  return Tensor::Empty(DType::kBF16, {tiles, kbs, kTileElems}, MemoryCategory::kWorkspace);
+}
+
+// All of A, streamed.
+Tensor PackA(const GemmOperand& op, const Bf16Table& table, int64_t rows_pad, int64_t kbs,
+             int threads) {
   MXTRAIN_DCHECK(rows_pad % kBlockDim == 0 && rows_pad >= op.free && kbs == op.blocks);
-  const Bf16Table table(op.format);
-  Tensor out =
-      Tensor::Empty(DType::kBF16, {rows_pad / 16, kbs, kTileElems}, MemoryCategory::kWorkspace);
+  Tensor out = EmptyTiles(rows_pad / 16, kbs);
   uint16_t* dst = out.mutable_data<uint16_t>();
   MXTRAIN_DCHECK(reinterpret_cast<uintptr_t>(dst) % 64 == 0);  // whole-line (streamed) stores
   if (!op.contract_rows) {
@@ -482,11 +487,10 @@ void PackBShare(const GemmOperand& op, const Bf16Table& table, int64_t cols_pad,
 }
 
 // All of B, streamed.
-Tensor PackB(const GemmOperand& op, int64_t cols_pad, int64_t kbs, int threads) {
+Tensor PackB(const GemmOperand& op, const Bf16Table& table, int64_t cols_pad, int64_t kbs,
+             int threads) {
   MXTRAIN_DCHECK(cols_pad % kBlockDim == 0 && cols_pad >= op.free && kbs == op.blocks);
-  const Bf16Table table(op.format);
-  Tensor out =
-      Tensor::Empty(DType::kBF16, {cols_pad / 16, kbs, kTileElems}, MemoryCategory::kWorkspace);
+  Tensor out = EmptyTiles(cols_pad / 16, kbs);
   uint16_t* dst = out.mutable_data<uint16_t>();
   MXTRAIN_DCHECK(reinterpret_cast<uintptr_t>(dst) % 64 == 0);  // whole-line (streamed) stores
 #pragma omp parallel num_threads(threads)
@@ -731,21 +735,19 @@ void RunBf16Gemm(const GemmProblem& p, std::vector<uint8_t>& skipped) {
   const int64_t b_bytes = cols_pad * kbs * 32 * static_cast<int64_t>(sizeof(uint16_t));
   const bool in_region = split_rows ? a_bytes / p.threads + b_bytes <= kInRegionBytes
                                     : p.threads == 1 && a_bytes <= kInRegionBytes;
-  Tensor a_pack = in_region ? Tensor::Empty(DType::kBF16, {rows_pad / 16, kbs, kTileElems},
-                                            MemoryCategory::kWorkspace)
-                            : PackA(p.a, rows_pad, kbs, p.threads);
+  const Bf16Table a_table(p.a.format);
+  Tensor a_pack =
+      in_region ? EmptyTiles(rows_pad / 16, kbs) : PackA(p.a, a_table, rows_pad, kbs, p.threads);
   uint16_t* const a_dst = in_region ? a_pack.mutable_data<uint16_t>() : nullptr;
   const uint16_t* a = a_pack.const_data<uint16_t>();
-  const Bf16Table a_table(p.a.format);
   // A bf16 result rounded from the kernel's accumulators in each block's last K chunk, so
   // that no pass over C follows (GemmBf16Out); the driver rounds the exact path's tiles.
   const bool rounds_bf16 = Kernel::kRoundsBf16 && p.bf16_out != nullptr;
   if (rounds_bf16) p.bf16_out->written = true;
   const Bf16Table b_table(p.b.format);
   Tensor b_pack = !split_rows ? Tensor()
-                  : in_region ? Tensor::Empty(DType::kBF16, {cols_pad / 16, kbs, kTileElems},
-                                              MemoryCategory::kWorkspace)
-                              : PackB(p.b, cols_pad, kbs, p.threads);
+                  : in_region ? EmptyTiles(cols_pad / 16, kbs)
+                              : PackB(p.b, b_table, cols_pad, kbs, p.threads);
   uint16_t* const b_dst = split_rows && in_region ? b_pack.mutable_data<uint16_t>() : nullptr;
 
 #pragma omp parallel num_threads(p.threads)
@@ -755,8 +757,7 @@ void RunBf16Gemm(const GemmProblem& p, std::vector<uint8_t>& skipped) {
     alignas(64) float scratch[kBlockDim * kBlockDim];
     Tensor item_pack;  // this thread's column item of B, when items are packed at use
     if (!split_rows) {
-      item_pack = Tensor::Empty(DType::kBF16, {2 * column_panels, kbs, kTileElems},
-                                MemoryCategory::kWorkspace);
+      item_pack = EmptyTiles(2 * column_panels, kbs);
       MXTRAIN_DCHECK(reinterpret_cast<uintptr_t>(item_pack.raw()) % 64 == 0);
     }
     // C blocks of rows [pi_begin, pi_end) x column item `item`, over the K chunks
