@@ -46,6 +46,29 @@ Operands MakeTrainingOperands(int64_t m, int64_t n, int64_t k, uint64_t seed, in
   return testing_util::QuantizeTrainingOperands(x, w, dy, grad_format);
 }
 
+// The training GEMMs of o with `opts`: fprop, dgrad, wgrad, and wgrad accumulated into an
+// [N, K] tensor holding `before`; with a bias, then fprop again to a bf16 result plus it.
+std::vector<Tensor> TrainingGemmOutputs(const Operands& o, const GemmOptions& opts,
+                                        const std::vector<float>& before,
+                                        Tensor* bf16_bias = nullptr) {
+  std::vector<Tensor> out;
+  out.push_back(MxGemm(o.x_row, o.w_row, opts));
+  out.push_back(MxGemm(o.dy_row, o.w_col, opts));
+  out.push_back(MxGemm(o.dy_col, o.x_col, opts));
+  Tensor acc = MakeF32(o.w_row.shape(), before);
+  GemmOptions accumulate = opts;
+  accumulate.accumulate = &acc;
+  MxGemm(o.dy_col, o.x_col, accumulate);
+  out.push_back(acc);
+  if (bf16_bias != nullptr) {
+    GemmOptions bf16 = opts;
+    bf16.out_dtype = DType::kBF16;
+    bf16.bias = bf16_bias;
+    out.push_back(MxGemm(o.x_row, o.w_row, bf16));
+  }
+  return out;
+}
+
 // The tests of a GemmPerPath or GroupedGemmPerPath run once per GEMM path of this machine
 // (per_target_test.h), the path forced for the whole test.
 class GemmPerPath : public testing_util::GemmPathTest {};
@@ -343,20 +366,7 @@ TEST_P(GemmPerPath, AnyThreadCountGivesTheSameBytes) {
     const auto run = [&](int threads) {
       GemmOptions opts;
       opts.threads = threads;
-      std::vector<Tensor> out;
-      out.push_back(MxGemm(o.x_row, o.w_row, opts));
-      out.push_back(MxGemm(o.dy_row, o.w_col, opts));
-      out.push_back(MxGemm(o.dy_col, o.x_col, opts));
-      GemmOptions bf16 = opts;
-      bf16.out_dtype = DType::kBF16;
-      bf16.bias = &bias;
-      out.push_back(MxGemm(o.x_row, o.w_row, bf16));
-      Tensor acc = MakeF32({s.n, s.k}, before_values);
-      GemmOptions accumulate = opts;
-      accumulate.accumulate = &acc;
-      MxGemm(o.dy_col, o.x_col, accumulate);
-      out.push_back(acc);
-      return out;
+      return TrainingGemmOutputs(o, opts, before_values, &bias);
     };
     const std::string shape = StrCat(path, " ", s.m, "x", s.n, "x", s.k);
     const std::vector<Tensor> one = run(1);
@@ -371,9 +381,9 @@ TEST_P(GemmPerPath, AnyThreadCountGivesTheSameBytes) {
     if (big) continue;
     ExpectWithinBound(one[1], o.dy_row, o.w_col, shape + " dgrad");
     ExpectWithinBound(one[2], o.dy_col, o.x_col, shape + " wgrad");
-    ExpectWithinBound(one[3], o.x_row, o.w_row, shape + " bf16 with bias", &bias);
     const Tensor before = MakeF32({s.n, s.k}, before_values);
-    ExpectWithinBound(one[4], o.dy_col, o.x_col, shape + " accumulate", nullptr, &before);
+    ExpectWithinBound(one[3], o.dy_col, o.x_col, shape + " accumulate", nullptr, &before);
+    ExpectWithinBound(one[4], o.x_row, o.w_row, shape + " bf16 with bias", &bias);
   }
 }
 
@@ -695,18 +705,7 @@ TEST(GemmSimdF32, SameBytesOnEveryFmaTarget) {
     GemmOptions opts;
     opts.threads = c.threads;
     // fprop, dgrad, wgrad, wgrad accumulating into a given C, on the current target.
-    const auto run = [&] {
-      std::vector<Tensor> out;
-      out.push_back(MxGemm(o.x_row, o.w_row, opts));
-      out.push_back(MxGemm(o.dy_row, o.w_col, opts));
-      out.push_back(MxGemm(o.dy_col, o.x_col, opts));
-      Tensor acc = MakeF32({c.n, c.k}, before_values);
-      GemmOptions with_acc = opts;
-      with_acc.accumulate = &acc;
-      MxGemm(o.dy_col, o.x_col, with_acc);
-      out.push_back(acc);
-      return out;
-    };
+    const auto run = [&] { return TrainingGemmOutputs(o, opts, before_values); };
     std::vector<Tensor> expected;
     {
       const ScopedSimdTarget reference(fma_targets.back());  // the narrowest: AVX2
