@@ -71,19 +71,16 @@ RmsNormOut RmsNormForward(const Tensor& x, const Tensor& gain, float eps, int th
   for (int64_t i0 = 0; i0 < t; i0 += kRowGroup) {
     const int64_t rows = std::min(kRowGroup, t - i0);
     double ss[kRowGroup] = {};
+    const auto square = [&](int64_t i, int64_t j) {
+      return static_cast<double>(xp[i * d + j]) * xp[i * d + j];
+    };
     if (rows == kRowGroup) {
       for (int64_t j = 0; j < d; ++j) {
-        for (int64_t q = 0; q < kRowGroup; ++q) {
-          const float v = xp[(i0 + q) * d + j];
-          ss[q] += static_cast<double>(v) * v;
-        }
+        for (int64_t q = 0; q < kRowGroup; ++q) ss[q] += square(i0 + q, j);
       }
     } else {
       for (int64_t q = 0; q < rows; ++q) {
-        for (int64_t j = 0; j < d; ++j) {
-          const float v = xp[(i0 + q) * d + j];
-          ss[q] += static_cast<double>(v) * v;
-        }
+        for (int64_t j = 0; j < d; ++j) ss[q] += square(i0 + q, j);
       }
     }
     for (int64_t q = 0; q < rows; ++q) {
