@@ -605,7 +605,9 @@ struct Bf16Dst {
 // 8 h ..): 16 zmm accumulators, and per K pair p, two loads of B's row p (tiles 0 and 1:
 // 16 columns x 2 each) and one broadcast of each row's pair (A[r][2p], A[r][2p + 1]) that
 // both column halves use. Only the strips that hold C's first `rows` rows run (an edge
-// block of a group of 737 tokens has one row: one strip instead of four).
+// block of a group of 737 tokens has one row: one strip instead of four). kPrefetchB:
+// whether B's tiles are prefetched into L1 beside A's rows (DpPrefetchesB).
+template <bool kPrefetchB>
 MXTRAIN_DPBF16 void DpBlock(const uint16_t* a, const uint16_t* b, int64_t kbs, int64_t kb0,
                             int64_t kb1, float* c, int64_t ldc, bool load_c, int64_t rows,
                             Bf16Dst out16) {
@@ -627,15 +629,18 @@ MXTRAIN_DPBF16 void DpBlock(const uint16_t* a, const uint16_t* b, int64_t kbs, i
       const uint16_t* a_tile = at + kb * kTileElems;
       const uint16_t* b_tile0 = b + kb * kTileElems;
       const uint16_t* b_tile1 = b1 + kb * kTileElems;
-      // This strip's A rows and both B tiles of two K blocks ahead into L1, as AmxBlock
-      // does: the profile put the stalls on the loads of A pairs, which the hardware
-      // prefetchers leave in L2 (Sapphire Rapids, alternating binaries: square_4096
-      // 715-740 -> 663-684 ms, layer_proj fprop 349-371 -> 337-341; 4 blocks ahead no better).
+      // This strip's A rows (and B's tiles where DpPrefetchesB) of two K blocks ahead into
+      // L1, as AmxBlock does: the profile put the stalls on the loads of A pairs, which the
+      // hardware prefetchers leave in L2 (Sapphire Rapids, alternating binaries, A and B:
+      // square_4096 715-740 -> 663-684 ms, layer_proj fprop 349-371 -> 337-341; Zen 4, A
+      // alone: square_4096 0.84 -> 0.92 of peak; 4 blocks ahead no better on either).
       if (kb + 2 < kb1) {
         const char* an = reinterpret_cast<const char*>(a_tile + 2 * kTileElems);
         for (int r = 0; r < kStrip; ++r) _mm_prefetch(an + 64 * r, _MM_HINT_T0);
-        PrefetchTileL1(b_tile0 + 2 * kTileElems);
-        PrefetchTileL1(b_tile1 + 2 * kTileElems);
+        if constexpr (kPrefetchB) {
+          PrefetchTileL1(b_tile0 + 2 * kTileElems);
+          PrefetchTileL1(b_tile1 + 2 * kTileElems);
+        }
       }
       for (int p = 0; p < 16; ++p) {
         const __m512bh bv0 = (__m512bh)_mm512_load_si512(b_tile0 + p * 32);
@@ -689,6 +694,22 @@ struct AmxKernel {
   static void End() { ReleaseTiles(); }
 };
 
+// Whether DpBlock prefetches B's tiles into L1 as well as A's rows: on Intel CPUs, where
+// the two together were measured (Sapphire Rapids, above), not on others. On Zen 4 B's
+// prefetch costs time (alternating binaries, release build: square_4096 on 2 threads
+// 0.903-0.909 -> 0.924-0.931 of the VDPBF16PS peak without it, a one-thread 4096 x 1408 x
+// 2048 211.8-215.3 -> 220.1-223.2 GFLOP/s; prefetching B in a block's first strip only:
+// 0.895-0.897). Each B tile is read by the block's four strips, from L2 or L3, and Zen 4's
+// own prefetchers keep up; why the extra prefetches cost there was not measured (no
+// hardware counters in its VM).
+inline bool DpPrefetchesB() {
+  static const bool intel = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_is("intel") != 0;
+  }();
+  return intel;
+}
+
 struct DpKernel {
   static constexpr bool kRoundsBf16 = true;
   static void Begin() {}
@@ -697,7 +718,11 @@ struct DpKernel {
   static void Block(const uint16_t* a, const uint16_t* b, int64_t kbs, int64_t kb0, int64_t kb1,
                     float* c, int64_t ldc, bool load_c, NextC /*next*/, int64_t rows,
                     Bf16Dst out16) {
-    DpBlock(a, b, kbs, kb0, kb1, c, ldc, load_c, rows, out16);
+    if (DpPrefetchesB()) {
+      DpBlock<true>(a, b, kbs, kb0, kb1, c, ldc, load_c, rows, out16);
+    } else {
+      DpBlock<false>(a, b, kbs, kb0, kb1, c, ldc, load_c, rows, out16);
+    }
   }
   static void End() {}
 };
