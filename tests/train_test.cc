@@ -12,10 +12,13 @@
 #include <cstring>
 #include <filesystem>
 #include <limits>
+#include <random>
+#include <vector>
 
 #include "mxtrain/train/data.h"
 #include "mxtrain/train/model.h"
 #include "mxtrain/train/nn.h"
+#include "mxtrain/train/optim.h"
 #include "mxtrain/train/step_bench.h"
 
 namespace mxtrain {
@@ -83,6 +86,109 @@ void ExpectSameCurve(const TrainResult& a, const TrainResult& b) {
         << b.steps[i].train_loss;
   }
   EXPECT_EQ(std::memcmp(&a.final_val_loss, &b.final_val_loss, sizeof(double)), 0);
+}
+
+// AdamW's update written out one element at a time, as the optimizer documents it (fp32
+// moments and weights; bias corrections, step size and decay in double, then fp32).
+struct ScalarAdamW {
+  std::vector<std::vector<float>> m, v;
+  void Step(int64_t step, double lr, const AdamWOptions& o, std::vector<std::vector<float>>& w,
+            const std::vector<std::vector<float>>& g, const std::vector<int>& rank) {
+    const double c1 = 1.0 - std::pow(o.beta1, static_cast<double>(step));
+    const double c2 = 1.0 - std::pow(o.beta2, static_cast<double>(step));
+    const float step_size = static_cast<float>(lr / c1);
+    const float inv_sqrt_c2 = static_cast<float>(1.0 / std::sqrt(c2));
+    const float eps = static_cast<float>(o.eps);
+    const float b1 = static_cast<float>(o.beta1), b2 = static_cast<float>(o.beta2);
+    for (size_t i = 0; i < w.size(); ++i) {
+      const float decay = rank[i] >= 2 ? static_cast<float>(1.0 - lr * o.weight_decay) : 1.0f;
+      for (size_t j = 0; j < w[i].size(); ++j) {
+        m[i][j] = b1 * m[i][j] + (1.0f - b1) * g[i][j];
+        v[i][j] = b2 * v[i][j] + (1.0f - b2) * g[i][j] * g[i][j];
+        const float denom = std::sqrt(v[i][j]) * inv_sqrt_c2 + eps;
+        w[i][j] = w[i][j] * decay - step_size * m[i][j] / denom;
+      }
+    }
+  }
+};
+
+// Parameters of every size a split can cut unevenly (1 element, fewer than a vector,
+// odd, a matrix), three steps of seeded gradients with zeros, subnormals and a large
+// value among them: on 1, 2 and 3 threads, every weight and moment equals the scalar
+// update bit for bit, the gradients are zeroed, and rank-1 parameters take no decay.
+TEST(TrainOptim, AdamWOnAnyThreadCountEqualsTheScalarUpdate) {
+  const std::vector<Shape> shapes{{1}, {7}, {33, 65}, {4099}, {64, 128}};
+  std::vector<int> rank;
+  for (const Shape& s : shapes) rank.push_back(static_cast<int>(s.rank()));
+  const auto values = [&](uint64_t seed) {
+    std::mt19937_64 gen(seed);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::vector<std::vector<float>> out;
+    for (const Shape& s : shapes) {
+      std::vector<float> x(static_cast<size_t>(s.NumElements()));
+      for (size_t j = 0; j < x.size(); ++j) {
+        x[j] = normal(gen);
+        if (j % 97 == 5) x[j] = 0.0f;
+        if (j % 89 == 3) x[j] = 1e-40f;  // subnormal: no flush to zero anywhere
+        if (j % 83 == 7) x[j] = 3e4f;
+      }
+      out.push_back(std::move(x));
+    }
+    return out;
+  };
+  AdamWOptions o;
+  const std::vector<double> lrs{1e-3, 3e-3, 2e-3};
+  for (int threads : {1, 2, 3}) {
+    SCOPED_TRACE(threads);
+    std::vector<std::vector<float>> w = values(1);
+    std::vector<std::shared_ptr<Parameter>> params;
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      Tensor t = Tensor::Empty(DType::kF32, shapes[i]);
+      std::memcpy(t.raw(), w[i].data(), t.NumBytes());
+      params.push_back(std::make_shared<Parameter>(std::move(t)));
+    }
+    AdamWOptions ot = o;
+    ot.threads = threads;
+    AdamW opt(params, ot);
+    ScalarAdamW ref;
+    for (const auto& x : w) {
+      ref.m.emplace_back(x.size(), 0.0f);
+      ref.v.emplace_back(x.size(), 0.0f);
+    }
+    for (int step = 1; step <= 3; ++step) {
+      const std::vector<std::vector<float>> g = values(100 + step);
+      for (size_t i = 0; i < params.size(); ++i) {
+        params[i]->ZeroMainGrad();
+        std::memcpy(params[i]->main_grad().raw(), g[i].data(), g[i].size() * sizeof(float));
+      }
+      opt.Step(lrs[step - 1], nullptr);
+      ref.Step(step, lrs[step - 1], o, w, g, rank);
+      for (size_t i = 0; i < params.size(); ++i) {
+        const size_t bytes = w[i].size() * sizeof(float);
+        EXPECT_EQ(std::memcmp(params[i]->value().raw(), w[i].data(), bytes), 0)
+            << "weights of parameter " << i << " after step " << step;
+        EXPECT_EQ(std::memcmp(opt.exp_avg()[i].raw(), ref.m[i].data(), bytes), 0)
+            << "first moment of parameter " << i << " after step " << step;
+        EXPECT_EQ(std::memcmp(opt.exp_avg_sq()[i].raw(), ref.v[i].data(), bytes), 0)
+            << "second moment of parameter " << i << " after step " << step;
+        const float* grad = params[i]->main_grad().data<float>();
+        for (size_t j = 0; j < w[i].size(); ++j) ASSERT_EQ(grad[j], 0.0f) << i << " " << j;
+      }
+    }
+  }
+  // A negative thread count is an error, not "all cores".
+  std::vector<std::shared_ptr<Parameter>> bad{
+      std::make_shared<Parameter>(Tensor::Zeros(DType::kF32, {4}))};
+  AdamWOptions negative;
+  negative.threads = -1;
+  AdamW opt(bad, negative);
+  bad[0]->ZeroMainGrad();
+  try {
+    opt.Step(1e-3, nullptr);
+    ADD_FAILURE() << "threads = -1 accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("threads must be >= 0"), std::string::npos) << e.what();
+  }
 }
 
 TEST(TrainModel, Fp32GradientsMatchFiniteDifferences) {

@@ -310,6 +310,13 @@ int64_t AgreedStep(const Layout& l, int64_t step) {
   return step;
 }
 
+// The run's AdamW settings on the run's threads (unless they name their own).
+AdamWOptions AdamOf(const TrainConfig& c) {
+  AdamWOptions o = c.adam;
+  if (o.threads == 0) o.threads = c.threads;
+  return o;
+}
+
 // One optimizer step, the work a step's time measures: the micro-batches' forward and
 // backward passes, the gradient sums over ranks, the clip and the AdamW update. The
 // returned metrics hold the step, its losses, gradient norm and learning rate.
@@ -384,7 +391,7 @@ TrainResult Train(const TrainConfig& config, const Corpus& corpus) {
     CheckSameSettings(*layout.world, SettingsLines(config, DataFingerprint(corpus)));
   }
   Model model(config.model, config.recipe, config.seed, config.threads, layout.Experts(config));
-  AdamW opt(model.parameters(), config.adam);
+  AdamW opt(model.parameters(), AdamOf(config));
   LrSchedule schedule = config.lr;
   schedule.total_steps = config.steps;
 
@@ -539,7 +546,7 @@ std::vector<StepBenchResult> RunStepBench(const std::vector<TrainConfig>& runs,
     r.layout = MakeLayout(r.config);
     r.model = std::make_unique<Model>(r.config.model, r.config.recipe, r.config.seed,
                                       r.config.threads, r.layout.Experts(r.config));
-    r.opt = std::make_unique<AdamW>(r.model->parameters(), r.config.adam);
+    r.opt = std::make_unique<AdamW>(r.model->parameters(), AdamOf(r.config));
     r.schedule = r.config.lr;
     r.schedule.total_steps = r.config.steps;
     for (const auto& p : r.model->parameters()) p->ZeroMainGrad();

@@ -23,6 +23,8 @@ struct AdamWOptions {
   double beta2 = 0.95;
   double eps = 1e-8;
   double weight_decay = 0.1;  // applied to parameters of rank >= 2 only (not norm gains)
+  int threads = 0;            // OpenMP threads of the update (0: all cores); any count
+                              // gives the same bytes
 };
 
 // Linear warm-up from 0 over warmup_steps, then cosine from peak_lr to min_lr at
