@@ -25,6 +25,7 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <type_traits>
 
 #include "convert.h"
 #include "fp_env.h"
@@ -335,18 +336,55 @@ MXTRAIN_AVX512 void PackATiles(const GemmOperand& op, const Bf16Table& table, in
   }
 }
 
-// Columnwise storage [S, I]: the 32 storage rows (K) of K block kb over the 32 free
-// indices of tiles ti and ti + 1, transposed: rows 0-15 of the transpose are tile ti,
-// rows 16-31 tile ti + 1.
+// Columnwise storage [S, F]: the 32 storage rows (K) of K block kb over the free indices
+// [f0, f0 + 32) as pair rows: row p of tile0 holds, for free indices f0 .. f0 + 15, the
+// pairs (K 32 kb + 2p, 32 kb + 2p + 1), tile1 the same for f0 + 16 .. f0 + 31. The layout
+// TDPBF16PS reads B in, and DpBlock a columnwise A (`a_pairs`).
+template <bool kStream>
+MXTRAIN_AVX512 void PackPairRowsColumnwise(const GemmOperand& op, const Bf16Table& table,
+                                           int64_t f0, int64_t kb, uint16_t* tile0,
+                                           uint16_t* tile1) {
+  // Pair-interleaving indices: output row p of tile t takes (row 2p, row 2p+1) of free
+  // indices 16 t .. 16 t + 15, i.e. lanes (n, 32 + n) of the concatenation of the two
+  // storage rows.
+  alignas(64) static constexpr uint16_t kLo[32] = {0,  32, 1,  33, 2,  34, 3,  35, 4,  36, 5,
+                                                   37, 6,  38, 7,  39, 8,  40, 9,  41, 10, 42,
+                                                   11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
+  alignas(64) static constexpr uint16_t kHi[32] = {16, 48, 17, 49, 18, 50, 19, 51, 20, 52, 21,
+                                                   53, 22, 54, 23, 55, 24, 56, 25, 57, 26, 58,
+                                                   27, 59, 28, 60, 29, 61, 30, 62, 31, 63};
+  const Bf16Decoder dec(table);
+  const __m512i lo_idx = _mm512_load_si512(kLo), hi_idx = _mm512_load_si512(kHi);
+  __m512i rows[32];
+  DecodeStorageRows(op, dec, table, kb, f0, rows);
+  for (int p = 0; p < 16; ++p) {
+    const __m512i r0 = rows[2 * p], r1 = rows[2 * p + 1];
+    StoreRow<kStream>(tile0 + p * 32, _mm512_permutex2var_epi16(r0, lo_idx, r1));
+    StoreRow<kStream>(tile1 + p * 32, _mm512_permutex2var_epi16(r0, hi_idx, r1));
+  }
+}
+
+// Columnwise storage [S, I]: tiles ti and ti + 1 of K block kb from the 32 storage rows
+// (K) over their 32 free indices. As rows (AMX's A): the 16-bit transpose, rows 0-15 of it
+// tile ti, rows 16-31 tile ti + 1. As pairs (DpBlock's A, `pairs`): PackPairRowsColumnwise,
+// two permutes a row pair where the transpose takes about six and spills (a small wgrad's
+// A pack: a tenth of its samples).
 template <bool kStream>
 MXTRAIN_AVX512 void PackATilePairColumnwise(const GemmOperand& op, const Bf16Table& table,
-                                            int64_t ti, int64_t kb, int64_t kbs, uint16_t* dst) {
+                                            int64_t ti, int64_t kb, int64_t kbs, bool pairs,
+                                            uint16_t* dst) {
+  uint16_t* tile0 = dst + (ti * kbs + kb) * kTileElems;
+  uint16_t* tile1 = dst + ((ti + 1) * kbs + kb) * kTileElems;
+  if (pairs) {
+    PackPairRowsColumnwise<kStream>(op, table, ti * 16, kb, tile0, tile1);
+    return;
+  }
   const Bf16Decoder dec(table);
   __m512i rows[32];
   DecodeStorageRows(op, dec, table, kb, ti * 16, rows);
   TransposeRows<uint16_t>(rows);
-  StoreRows<kStream>(rows, 16, dst + (ti * kbs + kb) * kTileElems);
-  StoreRows<kStream>(rows + 16, 16, dst + ((ti + 1) * kbs + kb) * kTileElems);
+  StoreRows<kStream>(rows, 16, tile0);
+  StoreRows<kStream>(rows + 16, 16, tile1);
 }
 
 // Tiles [ti0, ti1) of A (both even: whole 32-row panels) on the calling thread, with
@@ -354,7 +392,7 @@ MXTRAIN_AVX512 void PackATilePairColumnwise(const GemmOperand& op, const Bf16Tab
 // storage K block by K block, so that consecutive tile pairs read adjacent bytes of each
 // storage row.
 void PackARowsCached(const GemmOperand& op, const Bf16Table& table, int64_t ti0, int64_t ti1,
-                     int64_t kbs, uint16_t* dst) {
+                     int64_t kbs, bool pairs, uint16_t* dst) {
   MXTRAIN_DCHECK(ti0 % 2 == 0 && ti1 % 2 == 0);
   if (!op.contract_rows) {
     for (int64_t ti = ti0; ti < ti1; ++ti) PackATiles<false>(op, table, ti, kbs, dst);
@@ -362,7 +400,7 @@ void PackARowsCached(const GemmOperand& op, const Bf16Table& table, int64_t ti0,
   }
   for (int64_t kb = 0; kb < kbs; ++kb) {
     for (int64_t ti = ti0; ti < ti1; ti += 2) {
-      PackATilePairColumnwise<false>(op, table, ti, kb, kbs, dst);
+      PackATilePairColumnwise<false>(op, table, ti, kb, kbs, pairs, dst);
     }
   }
 }
@@ -372,9 +410,9 @@ Tensor EmptyTiles(int64_t tiles, int64_t kbs) {
   return Tensor::Empty(DType::kBF16, {tiles, kbs, kTileElems}, MemoryCategory::kWorkspace);
 }
 
-// All of A, streamed.
+// All of A, streamed; a columnwise A as pair rows where `pairs` (PackATilePairColumnwise).
 Tensor PackA(const GemmOperand& op, const Bf16Table& table, int64_t rows_pad, int64_t kbs,
-             int threads) {
+             bool pairs, int threads) {
   MXTRAIN_DCHECK(rows_pad % kBlockDim == 0 && rows_pad >= op.free && kbs == op.blocks);
   Tensor out = EmptyTiles(rows_pad / 16, kbs);
   uint16_t* dst = out.mutable_data<uint16_t>();
@@ -399,7 +437,7 @@ Tensor PackA(const GemmOperand& op, const Bf16Table& table, int64_t rows_pad, in
 #pragma omp for schedule(static) nowait
     for (int64_t kb = 0; kb < kbs; ++kb) {
       for (int64_t ti = 0; ti < rows_pad / 16; ti += 2) {
-        PackATilePairColumnwise<true>(op, table, ti, kb, kbs, dst);
+        PackATilePairColumnwise<true>(op, table, ti, kb, kbs, pairs, dst);
       }
     }
     _mm_sfence();
@@ -414,11 +452,11 @@ Tensor PackA(const GemmOperand& op, const Bf16Table& table, int64_t rows_pad, in
 template <bool kStream>
 MXTRAIN_AVX512 void PackBTilePair(const GemmOperand& op, const Bf16Table& table, int64_t tp,
                                   int64_t kb, int64_t kbs, uint16_t* pair) {
-  const Bf16Decoder dec(table);
   uint16_t* tile0 = pair + kb * kTileElems;
   uint16_t* tile1 = pair + (kbs + kb) * kTileElems;
-  __m512i rows[32];
   if (!op.contract_rows) {
+    const Bf16Decoder dec(table);
+    __m512i rows[32];
     // Storage rows are columns n: row n's 32 values are its 16 K pairs, so each tile is the
     // 16x16 transpose, in 32-bit pairs, of its 16 decoded rows.
     DecodeRowBlocks<32>(op, dec, table, tp * 32, kb, rows);
@@ -428,22 +466,8 @@ MXTRAIN_AVX512 void PackBTilePair(const GemmOperand& op, const Bf16Table& table,
     StoreRows<kStream>(rows + 16, 16, tile1);
     return;
   }
-  // Storage rows are K: rows[c] = K index 32 kb + c over 32 columns, interleaved in pairs.
-  // Pair-interleaving indices: output row p of tile t takes (row 2p, row 2p+1) of columns
-  // 16 t .. 16 t + 15, i.e. lanes (n, 32 + n) of the concatenation of the two storage rows.
-  alignas(64) static constexpr uint16_t kLo[32] = {0,  32, 1,  33, 2,  34, 3,  35, 4,  36, 5,
-                                                   37, 6,  38, 7,  39, 8,  40, 9,  41, 10, 42,
-                                                   11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
-  alignas(64) static constexpr uint16_t kHi[32] = {16, 48, 17, 49, 18, 50, 19, 51, 20, 52, 21,
-                                                   53, 22, 54, 23, 55, 24, 56, 25, 57, 26, 58,
-                                                   27, 59, 28, 60, 29, 61, 30, 62, 31, 63};
-  const __m512i lo_idx = _mm512_load_si512(kLo), hi_idx = _mm512_load_si512(kHi);
-  DecodeStorageRows(op, dec, table, kb, tp * 32, rows);
-  for (int p = 0; p < 16; ++p) {
-    const __m512i r0 = rows[2 * p], r1 = rows[2 * p + 1];
-    StoreRow<kStream>(tile0 + p * 32, _mm512_permutex2var_epi16(r0, lo_idx, r1));
-    StoreRow<kStream>(tile1 + p * 32, _mm512_permutex2var_epi16(r0, hi_idx, r1));
-  }
+  // Storage rows are K.
+  PackPairRowsColumnwise<kStream>(op, table, tp * 32, kb, tile0, tile1);
 }
 
 // Tile pairs [tp0, tp1) of B over K blocks [kb0, kb1) into dst (pair tp at dst + 2 (tp - tp0)
@@ -613,8 +637,10 @@ struct Bf16Dst {
 // 16 columns x 2 each) and one broadcast of each row's pair (A[r][2p], A[r][2p + 1]) that
 // both column halves use. Only the strips that hold C's first `rows` rows run (an edge
 // block of a group of 737 tokens has one row: one strip instead of four). kPrefetchB:
-// whether B's tiles are prefetched into L1 beside A's rows (DpPrefetchesB).
-template <bool kPrefetchB>
+// whether B's tiles are prefetched into L1 beside A's rows (DpPrefetchesB). kAPairs: A's
+// tiles hold pair rows, as B's do (a columnwise A, PackATilePairColumnwise): row r's pair p
+// at p * 32 + 2 r instead of r * 32 + 2 p.
+template <bool kPrefetchB, bool kAPairs>
 MXTRAIN_DPBF16 void DpBlock(const uint16_t* a, const uint16_t* b, int64_t kbs, int64_t kb0,
                             int64_t kb1, float* c, int64_t ldc, bool load_c, int64_t rows,
                             Bf16Dst out16) {
@@ -625,7 +651,8 @@ MXTRAIN_DPBF16 void DpBlock(const uint16_t* a, const uint16_t* b, int64_t kbs, i
   const uint16_t* b1 = b + kbs * kTileElems;
   for (int64_t strip = 0; strip < CeilDiv(rows, kStrip); ++strip) {
     const int64_t ta = strip / 2, r0 = (strip % 2) * kStrip;
-    const uint16_t* at = a + ta * kbs * kTileElems + r0 * 32;
+    const uint16_t* a_tiles = a + ta * kbs * kTileElems;  // this strip's 16-row tile, kb 0
+    const uint16_t* at = a_tiles + (kAPairs ? 2 * r0 : r0 * 32);
     float* cs = c + (ta * 16 + r0) * ldc;
     __m512 acc[kStrip][2];
     for (int r = 0; r < kStrip; ++r) {
@@ -642,8 +669,12 @@ MXTRAIN_DPBF16 void DpBlock(const uint16_t* a, const uint16_t* b, int64_t kbs, i
       // square_4096 715-740 -> 663-684 ms, layer_proj fprop 349-371 -> 337-341; Zen 4, A
       // alone: square_4096 0.84 -> 0.92 of peak; 4 blocks ahead no better on either).
       if (kb + 2 < kb1) {
-        const char* an = reinterpret_cast<const char*>(a_tile + 2 * kTileElems);
-        for (int r = 0; r < kStrip; ++r) _mm_prefetch(an + 64 * r, _MM_HINT_T0);
+        if constexpr (kAPairs) {  // the strip's pairs: half of each of the tile's 16 lines
+          PrefetchTileL1(a_tiles + (kb + 2) * kTileElems);
+        } else {
+          const char* an = reinterpret_cast<const char*>(a_tile + 2 * kTileElems);
+          for (int r = 0; r < kStrip; ++r) _mm_prefetch(an + 64 * r, _MM_HINT_T0);
+        }
         if constexpr (kPrefetchB) {
           PrefetchTileL1(b_tile0 + 2 * kTileElems);
           PrefetchTileL1(b_tile1 + 2 * kTileElems);
@@ -654,7 +685,8 @@ MXTRAIN_DPBF16 void DpBlock(const uint16_t* a, const uint16_t* b, int64_t kbs, i
         const __m512bh bv1 = (__m512bh)_mm512_load_si512(b_tile1 + p * 32);
         for (int r = 0; r < kStrip; ++r) {
           int32_t pair;
-          std::memcpy(&pair, a_tile + r * 32 + 2 * p, sizeof(pair));
+          std::memcpy(&pair, kAPairs ? a_tile + p * 32 + 2 * r : a_tile + r * 32 + 2 * p,
+                      sizeof(pair));
           const __m512bh av = (__m512bh)_mm512_set1_epi32(pair);
           acc[r][0] = _mm512_dpbf16_ps(acc[r][0], av, bv0);
           acc[r][1] = _mm512_dpbf16_ps(acc[r][1], av, bv1);
@@ -689,13 +721,15 @@ MXTRAIN_DPBF16 void DpBlock(const uint16_t* a, const uint16_t* b, int64_t kbs, i
 // and K chunk. Block's `rows`: how many of the block's 32 rows exist (the rest of C's
 // block is scratch, its A rows zero); a kernel may compute all 32.
 // kRoundsBf16: Block takes a Bf16Dst for a block's last K chunk (the AMX kernel stores
-// its tiles as fp32 and leaves the rounding to FinishGemm).
+// its tiles as fp32 and leaves the rounding to FinishGemm). kAPairs: a columnwise A is
+// packed as pair rows (PackATilePairColumnwise), and Block's `a_pairs` says so.
 struct AmxKernel {
   static constexpr bool kRoundsBf16 = false;
+  static constexpr bool kAPairs = false;  // TDPBF16PS reads A's tiles as rows
   static void Begin() { ConfigureTiles(); }
   static void Block(const uint16_t* a, const uint16_t* b, int64_t kbs, int64_t kb0, int64_t kb1,
                     float* c, int64_t ldc, bool load_c, NextC next, int64_t /*rows*/,
-                    Bf16Dst /*out16*/) {
+                    Bf16Dst /*out16*/, bool /*a_pairs*/) {
     AmxBlock(a, b, kbs, kb0, kb1, c, ldc, load_c, next);
   }
   static void End() { ReleaseTiles(); }
@@ -719,16 +753,23 @@ inline bool DpPrefetchesB() {
 
 struct DpKernel {
   static constexpr bool kRoundsBf16 = true;
+  static constexpr bool kAPairs = true;  // a columnwise A packed as pair rows
   static void Begin() {}
   // VDPBF16PS loads C one zmm row at a time, which the hardware prefetchers follow: no
   // prefetch of the next block.
   static void Block(const uint16_t* a, const uint16_t* b, int64_t kbs, int64_t kb0, int64_t kb1,
-                    float* c, int64_t ldc, bool load_c, NextC /*next*/, int64_t rows,
-                    Bf16Dst out16) {
+                    float* c, int64_t ldc, bool load_c, NextC /*next*/, int64_t rows, Bf16Dst out16,
+                    bool a_pairs) {
+    const auto run = [&](auto prefetch_b, auto pairs) {
+      DpBlock<decltype(prefetch_b)::value, decltype(pairs)::value>(a, b, kbs, kb0, kb1, c, ldc,
+                                                                   load_c, rows, out16);
+    };
+    using Yes = std::true_type;
+    using No = std::false_type;
     if (DpPrefetchesB()) {
-      DpBlock<true>(a, b, kbs, kb0, kb1, c, ldc, load_c, rows, out16);
+      a_pairs ? run(Yes(), Yes()) : run(Yes(), No());
     } else {
-      DpBlock<false>(a, b, kbs, kb0, kb1, c, ldc, load_c, rows, out16);
+      a_pairs ? run(No(), Yes()) : run(No(), No());
     }
   }
   static void End() {}
@@ -768,8 +809,9 @@ void RunBf16Gemm(const GemmProblem& p, std::vector<uint8_t>& skipped) {
   const bool in_region = split_rows ? a_bytes / p.threads + b_bytes <= kInRegionBytes
                                     : p.threads == 1 && a_bytes <= kInRegionBytes;
   const Bf16Table& a_table = Bf16TableOf(p.a.format);
-  Tensor a_pack =
-      in_region ? EmptyTiles(rows_pad / 16, kbs) : PackA(p.a, a_table, rows_pad, kbs, p.threads);
+  const bool a_pairs = Kernel::kAPairs && p.a.contract_rows;
+  Tensor a_pack = in_region ? EmptyTiles(rows_pad / 16, kbs)
+                            : PackA(p.a, a_table, rows_pad, kbs, a_pairs, p.threads);
   uint16_t* const a_dst = in_region ? a_pack.mutable_data<uint16_t>() : nullptr;
   const uint16_t* a = a_pack.const_data<uint16_t>();
   // A bf16 result rounded from the kernel's accumulators in each block's last K chunk, so
@@ -818,7 +860,7 @@ void RunBf16Gemm(const GemmProblem& p, std::vector<uint8_t>& skipped) {
           const Bf16Dst out16 =
               last ? Bf16Dst{p.bf16_out->data + i0 * cols + j0, cols, bias} : Bf16Dst{};
           Kernel::Block(a_panel, b_panel, kbs, kb0, kb1, p.c + i0 * cols + j0, cols, load_c, next,
-                        kBlockDim, out16);
+                        kBlockDim, out16, a_pairs);
           return;
         }
         // An edge block: through a zero-padded copy of the part of C that exists.
@@ -828,7 +870,7 @@ void RunBf16Gemm(const GemmProblem& p, std::vector<uint8_t>& skipped) {
           std::memcpy(scratch + r * kBlockDim, p.c + (i0 + r) * cols + j0, w * sizeof(float));
         }
         Kernel::Block(a_panel, b_panel, kbs, kb0, kb1, scratch, kBlockDim, load_c, next, h,
-                      Bf16Dst{});
+                      Bf16Dst{}, a_pairs);
         for (int64_t r = 0; r < h; ++r) {
           if (last) {
             NarrowToBf16(scratch + r * kBlockDim, w, bias, p.bf16_out->data + (i0 + r) * cols + j0);
@@ -862,11 +904,11 @@ void RunBf16Gemm(const GemmProblem& p, std::vector<uint8_t>& skipped) {
       if (split_rows) {  // this thread's rows of A (as the loop below splits them), B shared
         const int64_t t = omp_get_thread_num();
         PackARowsCached(p.a, a_table, 2 * (panels_i * t / team), 2 * (panels_i * (t + 1) / team),
-                        kbs, a_dst);
+                        kbs, a_pairs, a_dst);
         PackBShare<false>(p.b, b_table, cols_pad, kbs, b_dst);
 #pragma omp barrier
       } else {  // a team of one
-        PackARowsCached(p.a, a_table, 0, rows_pad / 16, kbs, a_dst);
+        PackARowsCached(p.a, a_table, 0, rows_pad / 16, kbs, a_pairs, a_dst);
       }
     }
     if (split_rows) {
