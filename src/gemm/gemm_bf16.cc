@@ -355,10 +355,25 @@ MXTRAIN_AVX512 void PackPairRowsColumnwise(const GemmOperand& op, const Bf16Tabl
                                                    27, 59, 28, 60, 29, 61, 30, 62, 31, 63};
   const Bf16Decoder dec(table);
   const __m512i lo_idx = _mm512_load_si512(kLo), hi_idx = _mm512_load_si512(kHi);
-  __m512i rows[32];
-  DecodeStorageRows(op, dec, table, kb, f0, rows);
+  const int64_t k0 = kb * 32;
+  const bool whole = f0 + 32 <= op.free;
+  // Whole: a row pair at a time, two rows live (decoding all 32 first spilled them, and the
+  // decoder's constants, to the stack). The operand's last, partial 32 free indices: all
+  // 32 rows through the scalar decode.
+  alignas(64) __m512i rows[32];
+  if (!whole) DecodeStorageRows(op, dec, table, kb, f0, rows);
+  const __m512i offsets = whole ? OffsetsOf(op.scales + kb * op.free + f0) : _mm512_setzero_si512();
+  const uint8_t* codes = op.data + k0 * op.free + f0;
   for (int p = 0; p < 16; ++p) {
-    const __m512i r0 = rows[2 * p], r1 = rows[2 * p + 1];
+    __m512i r0, r1;
+    if (whole) {
+      const int64_t c = 2 * p;
+      r0 = k0 + c < op.s ? dec(codes + c * op.free, offsets) : _mm512_setzero_si512();
+      r1 = k0 + c + 1 < op.s ? dec(codes + (c + 1) * op.free, offsets) : _mm512_setzero_si512();
+    } else {
+      r0 = rows[2 * p];
+      r1 = rows[2 * p + 1];
+    }
     StoreRow<kStream>(tile0 + p * 32, _mm512_permutex2var_epi16(r0, lo_idx, r1));
     StoreRow<kStream>(tile1 + p * 32, _mm512_permutex2var_epi16(r0, hi_idx, r1));
   }
