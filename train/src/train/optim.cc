@@ -1,12 +1,11 @@
 // AdamW, gradient clipping and the learning-rate schedule (optim.h).
 #include "mxtrain/train/optim.h"
 
-#include <omp.h>
-
 #include <cmath>
 #include <cstring>
 
 #include "mxtrain/error.h"
+#include "omp_threads.h"
 
 namespace mxtrain {
 
@@ -56,8 +55,7 @@ AdamW::AdamW(std::vector<std::shared_ptr<Parameter>> params, AdamWOptions option
 }
 
 void AdamW::Step(double lr, WeightQuantCache* cache) {
-  MXTRAIN_CHECK(options_.threads >= 0, "adamw: threads must be >= 0 (0: all cores), got ",
-                options_.threads);
+  const int threads = internal::TeamSize(options_.threads, "adamw");
   ++step_;
   const double b1 = options_.beta1, b2 = options_.beta2;
   const double c1 = 1.0 - std::pow(b1, static_cast<double>(step_));
@@ -70,10 +68,8 @@ void AdamW::Step(double lr, WeightQuantCache* cache) {
   // bytes (IEEE sqrt and division, no contraction: MXTRAIN_STRICT_FP). One region for all
   // parameters, each thread its share of each (the serial loop was 2.6% of the main job's
   // MXFP8 step on Zen 4, the other thread waiting).
-  const int threads = options_.threads > 0 ? options_.threads : omp_get_max_threads();
 #pragma omp parallel num_threads(threads)
   {
-    const int64_t t = omp_get_thread_num(), team = omp_get_num_threads();
     for (size_t i = 0; i < params_.size(); ++i) {
       Parameter& p = *params_[i];
       const float decay =
@@ -82,10 +78,9 @@ void AdamW::Step(double lr, WeightQuantCache* cache) {
       float* const g = p.main_grad().data<float>();
       float* const m = m_[i].data<float>();
       float* const v = v_[i].data<float>();
-      const int64_t n = p.value().NumElements();
-      const int64_t begin = n * t / team, end = n * (t + 1) / team;
+      const internal::ThreadShare share(p.value().NumElements());
 #pragma omp simd
-      for (int64_t j = begin; j < end; ++j) {
+      for (int64_t j = share.begin; j < share.end; ++j) {
         m[j] = fb1 * m[j] + (1.0f - fb1) * g[j];
         v[j] = fb2 * v[j] + (1.0f - fb2) * g[j] * g[j];
         const float denom = std::sqrt(v[j]) * inv_sqrt_c2 + eps;
