@@ -203,6 +203,29 @@ MXTRAIN_AVX512 inline void DecodeRowBlocks(const GemmOperand& op, const Bf16Deco
   for (int n = 0; n < kN; ++n) rows[n] = _mm512_load_si512(buf[n]);
 }
 
+// Columnwise storage, K block kb over free indices [f0, f0 + 32) that all exist in the
+// operand: Row(c) decodes storage row 32 kb + c (K past S zero), with the 32 column scales
+// loaded once. DecodeStorageRows takes all 32 rows, a pair-row pack two at a time.
+struct StorageRowsInside {
+  const GemmOperand& op;
+  const Bf16Decoder& dec;
+  int64_t k0;
+  const uint8_t* codes;  // storage row k0's first code
+  __m512i offsets;
+  MXTRAIN_AVX512 StorageRowsInside(const GemmOperand& o, const Bf16Decoder& d, int64_t kb,
+                                   int64_t f0)
+      : op(o),
+        dec(d),
+        k0(kb * 32),
+        codes(o.data + kb * 32 * o.free + f0),
+        offsets(OffsetsOf(o.scales + kb * o.free + f0)) {
+    MXTRAIN_DCHECK(f0 + 32 <= o.free);
+  }
+  MXTRAIN_AVX512 __m512i Row(int c) const {
+    return k0 + c < op.s ? dec(codes + c * op.free, offsets) : _mm512_setzero_si512();
+  }
+};
+
 // Columnwise storage: rows[c] = storage row 32 kb + c (a K index) over free indices
 // [f0, f0 + 32), as bf16; K past the operand and free indices past it are zero. All 32 rows
 // share one vector of column scales.
@@ -211,12 +234,9 @@ MXTRAIN_AVX512 inline void DecodeStorageRows(const GemmOperand& op, const Bf16De
                                              __m512i* rows) {
   const int64_t k0 = kb * 32;
   if (f0 + 32 <= op.free) {
-    const __m512i offsets = OffsetsOf(op.scales + kb * op.free + f0);
-    const uint8_t* codes = op.data + k0 * op.free + f0;
+    const StorageRowsInside inside(op, dec, kb, f0);
 #pragma GCC unroll 32
-    for (int c = 0; c < 32; ++c) {
-      rows[c] = k0 + c < op.s ? dec(codes + c * op.free, offsets) : _mm512_setzero_si512();
-    }
+    for (int c = 0; c < 32; ++c) rows[c] = inside.Row(c);
     return;
   }
   alignas(64) uint16_t buf[32][32];
@@ -355,28 +375,21 @@ MXTRAIN_AVX512 void PackPairRowsColumnwise(const GemmOperand& op, const Bf16Tabl
                                                    27, 59, 28, 60, 29, 61, 30, 62, 31, 63};
   const Bf16Decoder dec(table);
   const __m512i lo_idx = _mm512_load_si512(kLo), hi_idx = _mm512_load_si512(kHi);
-  const int64_t k0 = kb * 32;
-  const bool whole = f0 + 32 <= op.free;
-  // Whole: a row pair at a time, two rows live (decoding all 32 first spilled them, and the
-  // decoder's constants, to the stack). The operand's last, partial 32 free indices: all
-  // 32 rows through the scalar decode.
-  alignas(64) __m512i rows[32];
-  if (!whole) DecodeStorageRows(op, dec, table, kb, f0, rows);
-  const __m512i offsets = whole ? OffsetsOf(op.scales + kb * op.free + f0) : _mm512_setzero_si512();
-  const uint8_t* codes = op.data + k0 * op.free + f0;
-  for (int p = 0; p < 16; ++p) {
-    __m512i r0, r1;
-    if (whole) {
-      const int64_t c = 2 * p;
-      r0 = k0 + c < op.s ? dec(codes + c * op.free, offsets) : _mm512_setzero_si512();
-      r1 = k0 + c + 1 < op.s ? dec(codes + (c + 1) * op.free, offsets) : _mm512_setzero_si512();
-    } else {
-      r0 = rows[2 * p];
-      r1 = rows[2 * p + 1];
-    }
+  const auto store = [&](int p, __m512i r0, __m512i r1) MXTRAIN_AVX512 {
     StoreRow<kStream>(tile0 + p * 32, _mm512_permutex2var_epi16(r0, lo_idx, r1));
     StoreRow<kStream>(tile1 + p * 32, _mm512_permutex2var_epi16(r0, hi_idx, r1));
+  };
+  if (f0 + 32 <= op.free) {
+    // A row pair at a time, two rows live: decoding all 32 first spilled them, and the
+    // decoder's constants, to the stack.
+    const StorageRowsInside inside(op, dec, kb, f0);
+    for (int p = 0; p < 16; ++p) store(p, inside.Row(2 * p), inside.Row(2 * p + 1));
+    return;
   }
+  // The operand's last, partial 32 free indices: all 32 rows through the scalar decode.
+  __m512i rows[32];
+  DecodeStorageRows(op, dec, table, kb, f0, rows);
+  for (int p = 0; p < 16; ++p) store(p, rows[2 * p], rows[2 * p + 1]);
 }
 
 // Columnwise storage [S, I]: tiles ti and ti + 1 of K block kb from the 32 storage rows
