@@ -1,9 +1,10 @@
 // Small elementwise and reduction kernels the ops and the model need around their GEMMs:
 // dtype casts (the bf16 baseline's operand rounding), the bias gradient's row sums, expf
-// by vectors (softmax, SwiGLU) and small fp32 matrix products summed in a fixed order
-// (attention). The casts and sums are plain loops over OpenMP threads that the compiler
-// vectorizes, each result independent of the thread count (every output element is
-// reduced in one fixed order); ExpF32 and OrderedMatMulF32 run on the calling thread.
+// by vectors (softmax), SwiGLU and its gradient, and small fp32 matrix products summed in a
+// fixed order (attention). The casts and sums are plain loops over OpenMP threads that the
+// compiler vectorizes, each result independent of the thread count (every output element
+// is reduced in one fixed order); ExpF32, SwiGluF32, SwiGluBackwardF32 and
+// OrderedMatMulF32 run on the calling thread (callers split the work).
 #pragma once
 
 #include <span>
@@ -34,6 +35,20 @@ Tensor SumRowsGrouped(const Tensor& x, const GroupList& groups, Tensor* accumula
 // infinities and NaN, call std::exp. One thread (callers split the work); y may be x
 // itself, and must not otherwise overlap it. Throws Error on sizes that differ.
 void ExpF32(std::span<const float> x, std::span<float> y);
+
+// SwiGLU by rows: gu holds rows of 2f values, the gate values a in a row's first f and the
+// up values b in its last f; h gets rows of f:
+//   s = 1 / (1 + exp(-a)),  h = (a * s) * b
+// each operation rounded to fp32 in turn, never fused, and exp(-a) with ExpF32's bits:
+// the bits of that scalar loop, computed a vector at a time on every SIMD target. One
+// thread. Throws Error on f < 1, sizes that are not whole rows, or overlapping arrays.
+void SwiGluF32(std::span<const float> gu, int64_t f, std::span<float> h);
+
+// The gradient of SwiGluF32: from dh (rows of f) and gu, dgu (rows of 2f, da then db):
+//   silu = a * s,  da = (dh * b) * (s + silu * (1 - s)),  db = dh * silu
+// with s as above, bit for bit as that scalar loop. One thread; throws as SwiGluF32.
+void SwiGluBackwardF32(std::span<const float> dh, std::span<const float> gu, int64_t f,
+                       std::span<float> dgu);
 
 // Which part of row r of an OrderedMatMul it computes (the causal mask of attention).
 enum class OrderedRange : uint8_t {

@@ -2,11 +2,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <span>
 #include <vector>
 
 #include "mxtrain/elementwise.h"
 #include "mxtrain/train/nn.h"
 #include "nn/nn_internal.h"
+#include "omp_threads.h"
 
 namespace mxtrain::nn {
 
@@ -157,26 +159,16 @@ Tensor RmsNormBackward(const Tensor& dy, const Tensor& x, const Tensor& gain, co
 
 namespace {
 
-// body(i, e) for each row i of the m rows of a SwiGLU input [m, 2f] (gate columns first),
-// over the threads, with e[j] = exp(-gate[i, j]) for j < f: the sigmoid's exponentials,
-// a row at a time by vectors (ExpF32, the bits of std::exp).
-template <typename Body>
-void ForRowsWithGateExp(const float* in, int64_t m, int64_t f, int threads, const Body& body) {
-#pragma omp parallel num_threads(Threads(threads))
-  {
-    std::vector<float> e(static_cast<size_t>(f));
-#pragma omp for schedule(static)
-    for (int64_t i = 0; i < m; ++i) {
-      const float* gate = in + i * 2 * f;
-      for (int64_t j = 0; j < f; ++j) e[j] = -gate[j];
-      ExpF32(e, e);
-      body(i, e.data());
-    }
-  }
+// A thread's share of the rows of a row-major array of `width` values a row.
+template <typename T>
+std::span<T> ShareRows(T* p, const mxtrain::internal::ThreadShare& rows, int64_t width) {
+  return {p + rows.begin * width, static_cast<size_t>((rows.end - rows.begin) * width)};
 }
 
 }  // namespace
 
+// SwiGLU and its gradient: each thread its share of the rows through the library's kernels
+// (elementwise.h), which give the bits of the scalar formulas there.
 Tensor SwiGluForward(const Tensor& gu, int threads) {
   CheckF32Matrix(gu, "swiglu input");
   const int64_t m = gu.shape()[0], f2 = gu.shape()[1];
@@ -185,13 +177,12 @@ Tensor SwiGluForward(const Tensor& gu, int threads) {
   Tensor h = Tensor::Empty(DType::kF32, {m, f});
   const float* in = gu.data<float>();
   float* out = h.data<float>();
-  ForRowsWithGateExp(in, m, f, threads, [&](int64_t i, const float* e) {
-    for (int64_t j = 0; j < f; ++j) {
-      const float a = in[i * f2 + j], b = in[i * f2 + f + j];
-      const float s = 1.0f / (1.0f + e[j]);
-      out[i * f + j] = a * s * b;
-    }
-  });
+  if (f == 0) return h;
+#pragma omp parallel num_threads(Threads(threads))
+  {
+    const mxtrain::internal::ThreadShare rows(m);
+    SwiGluF32(ShareRows(in, rows, f2), f, ShareRows(out, rows, f));
+  }
   return h;
 }
 
@@ -199,21 +190,20 @@ Tensor SwiGluBackward(const Tensor& dh, const Tensor& gu, int threads) {
   CheckF32Matrix(dh, "swiglu output gradient");
   CheckF32Matrix(gu, "swiglu input");
   const int64_t m = gu.shape()[0], f2 = gu.shape()[1], f = f2 / 2;
+  MXTRAIN_CHECK(f2 % 2 == 0, "swiglu backward: input width ", f2,
+                " is not even (gate and up halves)");
   MXTRAIN_CHECK(dh.shape()[0] == m && dh.shape()[1] == f, "swiglu backward: gradient ",
                 dh.shape().ToString(), " for input ", gu.shape().ToString());
   Tensor dgu = Tensor::Empty(DType::kF32, {m, f2}, MemoryCategory::kGradient);
   const float* in = gu.data<float>();
   const float* g = dh.data<float>();
   float* out = dgu.data<float>();
-  ForRowsWithGateExp(in, m, f, threads, [&](int64_t i, const float* e) {
-    for (int64_t j = 0; j < f; ++j) {
-      const float a = in[i * f2 + j], b = in[i * f2 + f + j], d = g[i * f + j];
-      const float s = 1.0f / (1.0f + e[j]);
-      const float silu = a * s;
-      out[i * f2 + j] = d * b * (s + silu * (1.0f - s));
-      out[i * f2 + f + j] = d * silu;
-    }
-  });
+  if (f == 0) return dgu;
+#pragma omp parallel num_threads(Threads(threads))
+  {
+    const mxtrain::internal::ThreadShare rows(m);
+    SwiGluBackwardF32(ShareRows(g, rows, f), ShareRows(in, rows, f2), f, ShareRows(out, rows, f2));
+  }
   return dgu;
 }
 
