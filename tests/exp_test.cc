@@ -5,6 +5,7 @@
 // by the exhaustive label (exhaustive_encode_test.cc).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -149,6 +150,127 @@ TEST_P(ExpPerTarget, EveryLengthEqualsStdExp) {
   }
 }
 
+uint64_t Bits64(double v) {
+  uint64_t b;
+  std::memcpy(&b, &v, sizeof(b));
+  return b;
+}
+
+// ExpF64 of x (out of place and in place, from `offset` doubles into a buffer) against
+// std::exp (double) bit for bit; NaN results only as NaN.
+void ExpectStdExp64Bits(const std::vector<double>& x, size_t offset = 0) {
+  std::vector<double> in(offset + x.size()), out(offset + x.size(), -1.0);
+  std::copy(x.begin(), x.end(), in.begin() + static_cast<ptrdiff_t>(offset));
+  const std::span<double> dst(out.data() + offset, x.size());
+  ExpF64(std::span<const double>(in.data() + offset, x.size()), dst);
+  std::vector<double> same(in);
+  const std::span<double> inplace(same.data() + offset, x.size());
+  ExpF64(inplace, inplace);
+  int failures = 0;
+  for (size_t i = 0; i < x.size() && failures < 10; ++i) {
+    const double want = std::exp(x[i]);
+    const bool ok = std::isnan(want)
+                        ? std::isnan(dst[i]) && std::isnan(inplace[i])
+                        : Bits64(dst[i]) == Bits64(want) && Bits64(inplace[i]) == Bits64(want);
+    if (!ok) {
+      ++failures;
+      ADD_FAILURE() << "exp(" << std::hexfloat << x[i] << ") at " << i << " of " << x.size() << ": "
+                    << dst[i] << " / in place " << inplace[i] << ", std::exp " << want;
+    }
+  }
+}
+
+// Seeded values over the main path's whole range (|x| < 512), every binade down to the
+// tiny ones, the cross-entropy's inputs (float differences, all <= 0), and random bit
+// patterns; 2^20 of them, so that every table entry and rounding case is met many times.
+TEST_P(ExpPerTarget, F64SeededValuesEqualStdExp) {
+  std::mt19937_64 rng(20261207);
+  std::uniform_real_distribution<double> wide(-511.99, 511.99), near(-1.0, 1.0);
+  std::uniform_real_distribution<float> logits(-30.0f, 30.0f);
+  std::uniform_int_distribution<int> binade(-80, 9);
+  std::vector<double> x(1 << 20);
+  for (size_t i = 0; i < x.size(); ++i) {
+    switch (i % 5) {
+      case 0:
+        x[i] = wide(rng);
+        break;
+      case 1:
+        x[i] = near(rng);
+        break;
+      case 2:
+        x[i] = std::ldexp(near(rng), binade(rng));
+        break;
+      case 3: {
+        const float a = logits(rng), b = logits(rng);
+        x[i] = static_cast<double>(std::min(a, b)) - std::max(a, b);
+        break;
+      }
+      default: {
+        const uint64_t b = rng();
+        std::memcpy(&x[i], &b, sizeof(double));
+      }
+    }
+  }
+  ExpectStdExp64Bits(x);
+  ExpectStdExp64Bits(std::vector<double>(x.begin(), x.begin() + 4099), 1);  // unaligned
+}
+
+TEST_P(ExpPerTarget, F64EdgesAndSpecialLanesEqualStdExp) {
+  const double inf = std::numeric_limits<double>::infinity();
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const double denorm = std::numeric_limits<double>::denorm_min();
+  const std::vector<double> edges = {0.0,
+                                     -0.0,
+                                     denorm,
+                                     -denorm,
+                                     std::numeric_limits<double>::min(),
+                                     0x1p-54,
+                                     -0x1p-54,
+                                     std::nextafter(0x1p-54, 0.0),
+                                     -std::nextafter(0x1p-54, 0.0),
+                                     1e-10,
+                                     1.0,
+                                     -1.0,
+                                     std::nextafter(512.0, 0.0),
+                                     -std::nextafter(512.0, 0.0),
+                                     512.0,
+                                     -512.0,
+                                     709.78,
+                                     709.79,
+                                     -708.4,
+                                     -745.1,
+                                     -745.2,
+                                     -1000.0,
+                                     1000.0,
+                                     1e300,
+                                     -1e300,
+                                     inf,
+                                     -inf,
+                                     nan,
+                                     -nan,
+                                     0.5 * std::log(2.0) / 128,
+                                     -300.5};
+  ExpectStdExp64Bits(edges);
+  for (double e : edges) {  // each alone in a vector of ordinary values, at every lane
+    for (size_t lane = 0; lane < 8; ++lane) {
+      std::vector<double> x(8);
+      for (size_t i = 0; i < x.size(); ++i) x[i] = 0.75 * static_cast<double>(i) - 3.0;
+      x[lane] = e;
+      ExpectStdExp64Bits(x);
+    }
+  }
+}
+
+TEST_P(ExpPerTarget, F64EveryLengthEqualsStdExp) {
+  std::mt19937 rng(9);
+  std::uniform_real_distribution<double> u(-40.0, 40.0);
+  for (size_t n = 0; n <= 35; ++n) {
+    std::vector<double> x(n);
+    for (double& v : x) v = u(rng);
+    ExpectStdExp64Bits(x);
+  }
+}
+
 TEST(Exp, MismatchedOrOverlappingSpansAreErrors) {
   std::vector<float> x(8, 1.0f), y(7);
   EXPECT_THROW(ExpF32(x, y), Error);
@@ -158,6 +280,12 @@ TEST(Exp, MismatchedOrOverlappingSpansAreErrors) {
   EXPECT_NO_THROW(
       ExpF32(std::span<const float>(buf.data(), 8), std::span<float>(buf.data() + 8, 8)));
   EXPECT_EQ(buf[8], 1.0f);
+  std::vector<double> a(8, 0.0), b(7);
+  EXPECT_THROW(ExpF64(a, b), Error);
+  EXPECT_THROW(ExpF64(std::span<const double>(a.data(), 6), std::span<double>(a.data() + 2, 6)),
+               Error);
+  EXPECT_NO_THROW(ExpF64(std::span<const double>(a.data(), 4), std::span<double>(a.data() + 4, 4)));
+  EXPECT_EQ(a[4], 1.0);
 }
 
 }  // namespace

@@ -1,9 +1,9 @@
 // Small elementwise and reduction kernels the ops and the model need around their GEMMs:
 // dtype casts (the bf16 baseline's operand rounding), the bias gradient's row sums, expf
-// by vectors (softmax), SwiGLU and its gradient, and small fp32 matrix products summed in a
-// fixed order (attention). The casts and sums are plain loops over OpenMP threads that the
-// compiler vectorizes, each result independent of the thread count (every output element
-// is reduced in one fixed order); ExpF32, SwiGluF32, SwiGluBackwardF32 and
+// and exp by vectors (softmax, cross-entropy), SwiGLU and its gradient, and small fp32 matrix
+// products summed in a fixed order (attention). The casts and sums are plain loops over OpenMP
+// threads that the compiler vectorizes, each result independent of the thread count (every output
+// element is reduced in one fixed order); ExpF32, ExpF64, SwiGluF32, SwiGluBackwardF32 and
 // OrderedMatMulF32 run on the calling thread (callers split the work).
 #pragma once
 
@@ -35,6 +35,12 @@ Tensor SumRowsGrouped(const Tensor& x, const GroupList& groups, Tensor* accumula
 // infinities and NaN, call std::exp. One thread (callers split the work); y may be x
 // itself, and must not otherwise overlap it. Throws Error on sizes that differ.
 void ExpF32(std::span<const float> x, std::span<float> y);
+
+// y[i] = std::exp(x[i]) in double for every i, bit for bit as Debian's C library (glibc
+// 2.28 and later on a CPU with FMA) gives it, a vector at a time on the SIMD targets with
+// FMA as ExpF32; |x| >= 512, infinities and NaN call std::exp. One thread; y may be x
+// itself, and must not otherwise overlap it. Throws Error on sizes that differ.
+void ExpF64(std::span<const double> x, std::span<double> y);
 
 // SwiGLU by rows: gu holds rows of 2f values, the gate values a in a row's first f and the
 // up values b in its last f; h gets rows of f:

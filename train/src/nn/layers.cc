@@ -234,11 +234,10 @@ double CrossEntropy(const Tensor& logits, std::span<const int32_t> targets, Tens
       float mx = row[0];
       for (int64_t j = 1; j < v; ++j) mx = row[j] > mx ? row[j] : mx;
       if (std::isnan(row[0])) mx = row[0];
+      for (int64_t j = 0; j < v; ++j) e[j] = static_cast<double>(row[j]) - mx;
+      ExpF64(e, e);  // std::exp's bits, by vectors
       double sum = 0;
-      for (int64_t j = 0; j < v; ++j) {
-        e[j] = std::exp(static_cast<double>(row[j]) - mx);
-        sum += e[j];
-      }
+      for (int64_t j = 0; j < v; ++j) sum += e[j];
       row_loss[i] = std::log(sum) + mx - row[targets[i]];
       if (dp != nullptr) {
         for (int64_t j = 0; j < v; ++j) {
