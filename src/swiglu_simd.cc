@@ -25,8 +25,12 @@ namespace mxtrain::internal {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-// Columns of a row per exponential chunk: a 256-byte buffer, a few vectors of the body.
-constexpr int64_t kSwiGluChunk = 64;
+// Columns of a row per exponential chunk (a 1 KiB buffer). The exponential stores half
+// vectors (one float per double lane) that the body reads back as whole ones, which cannot
+// be forwarded from the store buffer: with 64-column chunks the body's first loads waited
+// on the last stores (2048 x 256, 2 threads, Zen 4: forward 213-217 -> 193-196 us with
+// 256, backward 231-238 -> 216-217).
+constexpr int64_t kSwiGluChunk = 256;
 
 // Rows of SwiGLU (dh == nullptr: forward, out [rows, f]) or of its gradient (out [rows,
 // 2f]); gu [rows, 2f], gate columns first.

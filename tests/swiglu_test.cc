@@ -1,6 +1,6 @@
 // SwiGluF32 and SwiGluBackwardF32 (elementwise.h): the bits of the scalar formulas on every
-// SIMD target, against a transcription of them with std::exp here. Seeded rows of every
-// width up to a few chunks (the vector body, the scalar tail and the chunk edges), gate
+// SIMD target, against a transcription of them with std::exp here. Seeded rows of widths
+// up to a few chunks (the vector body, the scalar tail and the chunk edges), gate
 // values that take the exponential's special lanes (|a| >= 88, infinities, NaN), zeros and
 // subnormals, each at every lane position; and the errors.
 #include <gtest/gtest.h>
@@ -93,7 +93,8 @@ TEST_P(SwiGluPerTarget, SeededRowsEqualTheScalarFormulas) {
   std::mt19937 rng(20261207);
   std::normal_distribution<float> normal(0.0f, 3.0f);
   std::uniform_real_distribution<float> wide(-100.0f, 100.0f);
-  for (int64_t f : {1, 2, 3, 7, 8, 15, 16, 17, 31, 33, 63, 64, 65, 100, 127, 128, 129, 256}) {
+  for (int64_t f :
+       {1, 2, 3, 7, 8, 15, 16, 17, 31, 33, 63, 64, 65, 100, 127, 128, 129, 256, 257, 300, 513}) {
     const int64_t rows = 3;
     std::vector<float> gu(static_cast<size_t>(rows * 2 * f)), dh(static_cast<size_t>(rows * f));
     for (size_t i = 0; i < gu.size(); ++i) gu[i] = i % 4 == 3 ? wide(rng) : normal(rng);
