@@ -13,6 +13,7 @@
 #include <random>
 #include <vector>
 
+#include "mxtrain/elementwise.h"
 #include "mxtrain/error.h"
 
 namespace mxtrain {
@@ -189,6 +190,27 @@ TEST(NnSwiGlu, GradientMatchesFiniteDifferences) {
   CheckGrad("dgu", gu, dgu, loss, 1e-3, 2e-3, 1000);
   const float a = gu.data<float>()[0], u = gu.data<float>()[5];
   EXPECT_FLOAT_EQ(nn::SwiGluForward(gu).data<float>()[0], a / (1 + std::exp(-a)) * u);
+}
+
+// A bf16 SwiGLU (what the model runs on its bf16 activations) is the f32 one on the
+// widened values, cast to bf16 once, bit for bit, on any thread count; mixed dtypes are
+// an error.
+TEST(NnSwiGlu, Bf16IsTheF32FormOnTheWidenedValuesRounded) {
+  const Tensor gu = CastTo(Random({37, 2 * 70}, 21, 3.0f), DType::kBF16);
+  const Tensor dh = CastTo(Random({37, 70}, 22), DType::kBF16);
+  const Tensor gu32 = CastTo(gu, DType::kF32), dh32 = CastTo(dh, DType::kF32);
+  const Tensor h_want = CastTo(nn::SwiGluForward(gu32, 1), DType::kBF16);
+  const Tensor dgu_want = CastTo(nn::SwiGluBackward(dh32, gu32, 1), DType::kBF16);
+  for (int threads : {1, 2, 3}) {
+    const Tensor h = nn::SwiGluForward(gu, threads);
+    const Tensor dgu = nn::SwiGluBackward(dh, gu, threads);
+    ASSERT_EQ(h.dtype(), DType::kBF16);
+    ASSERT_EQ(dgu.dtype(), DType::kBF16);
+    EXPECT_EQ(std::memcmp(h.raw(), h_want.raw(), h.NumBytes()), 0) << threads;
+    EXPECT_EQ(std::memcmp(dgu.raw(), dgu_want.raw(), dgu.NumBytes()), 0) << threads;
+  }
+  EXPECT_THROW(nn::SwiGluBackward(dh32, gu), Error);
+  EXPECT_THROW(nn::SwiGluForward(CastTo(gu, DType::kF32).Reshape({37, 2, 70})), Error);
 }
 
 TEST(NnRouter, TopKWeightsAndAuxLossGradients) {

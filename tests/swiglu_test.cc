@@ -1,5 +1,6 @@
-// SwiGluF32 and SwiGluBackwardF32 (elementwise.h): the bits of the scalar formulas on every
-// SIMD target, against a transcription of them with std::exp here. Seeded rows of widths
+// SwiGluF32 / SwiGluBackwardF32 and their bf16 forms (elementwise.h): the bits of the scalar
+// formulas on every SIMD target, against a transcription of them with std::exp here (for
+// bf16: on the widened values, rounded once). Seeded rows of widths
 // up to a few chunks (the vector body, the scalar tail and the chunk edges), gate
 // values that take the exponential's special lanes (|a| >= 88, infinities, NaN), zeros and
 // subnormals, each at every lane position; and the errors.
@@ -15,6 +16,7 @@
 
 #include "mxtrain/elementwise.h"
 #include "mxtrain/error.h"
+#include "mxtrain/format/bf16.h"
 #include "per_target_test.h"
 
 namespace mxtrain {
@@ -61,8 +63,48 @@ void ScalarBackward(const std::vector<float>& dh, const std::vector<float>& gu, 
   }
 }
 
-// Both kernels on gu (rows of 2f) and dh (rows of f) against the scalar formulas.
+std::vector<uint16_t> ToBf16(const std::vector<float>& x) {
+  std::vector<uint16_t> out(x.size());
+  for (size_t i = 0; i < x.size(); ++i) out[i] = F32ToBf16(x[i]);
+  return out;
+}
+std::vector<float> Widen(const std::vector<uint16_t>& x) {
+  std::vector<float> out(x.size());
+  for (size_t i = 0; i < x.size(); ++i) out[i] = Bf16ToF32(x[i]);
+  return out;
+}
+
+// The bf16 kernels on gu and dh rounded to bf16, against the scalar formulas on the widened
+// values, rounded once.
+void ExpectBf16Bits(const std::vector<float>& gu32, const std::vector<float>& dh32, int64_t f) {
+  const std::vector<uint16_t> gu = ToBf16(gu32), dh = ToBf16(dh32);
+  std::vector<float> want_h, want_dgu;
+  ScalarForward(Widen(gu), f, want_h);
+  ScalarBackward(Widen(dh), Widen(gu), f, want_dgu);
+  std::vector<uint16_t> h(want_h.size(), 0x1234), dgu(want_dgu.size(), 0x1234);
+  SwiGluBf16(gu, f, h);
+  SwiGluBackwardBf16(dh, gu, f, dgu);
+  int failures = 0;
+  const auto check = [&](const char* what, const std::vector<uint16_t>& got,
+                         const std::vector<float>& want) {
+    for (size_t i = 0; i < got.size() && failures < 10; ++i) {
+      const uint16_t w = F32ToBf16(want[i]);
+      const bool nan = std::isnan(want[i]) && std::isnan(Bf16ToF32(got[i]));
+      if (got[i] != w && !nan) {
+        ++failures;
+        ADD_FAILURE() << what << "[" << i << "] f = " << f << ": " << std::hex << got[i]
+                      << ", want " << w;
+      }
+    }
+  };
+  check("bf16 h", h, want_h);
+  check("bf16 dgu", dgu, want_dgu);
+}
+
+// Both kernels on gu (rows of 2f) and dh (rows of f) against the scalar formulas, in fp32
+// and in bf16.
 void ExpectScalarBits(const std::vector<float>& gu, const std::vector<float>& dh, int64_t f) {
+  ExpectBf16Bits(gu, dh, f);
   std::vector<float> want_h, want_dgu;
   ScalarForward(gu, f, want_h);
   ScalarBackward(dh, gu, f, want_dgu);
@@ -141,6 +183,11 @@ TEST(SwiGlu, RejectsBadSizesAndOverlap) {
   EXPECT_THROW(SwiGluBackwardF32(std::span<const float>(dh.data(), 5), gu, 3, dgu), Error);
   EXPECT_THROW(SwiGluBackwardF32(dh, gu, 3, std::span<float>(dgu.data(), 11)), Error);
   EXPECT_THROW(SwiGluBackwardF32(dh, gu, 3, gu), Error);
+  std::vector<uint16_t> gu16(12), h16(6), dh16(6);
+  EXPECT_THROW(SwiGluBf16(gu16, 4, h16), Error);
+  EXPECT_THROW(SwiGluBf16(gu16, 3, std::span<uint16_t>(gu16.data() + 6, 6)), Error);
+  EXPECT_THROW(SwiGluBackwardBf16(dh16, gu16, 3, std::span<uint16_t>(gu16.data(), 12)), Error);
+  EXPECT_THROW(SwiGluBackwardBf16(std::span<const uint16_t>(dh16.data(), 5), gu16, 3, gu16), Error);
   // Empty is fine.
   SwiGluF32({}, 3, {});
   SwiGluBackwardF32({}, {}, 3, {});

@@ -3,7 +3,7 @@
 // and exp by vectors (softmax, cross-entropy), SwiGLU and its gradient, and small fp32 matrix
 // products summed in a fixed order (attention). The casts and sums are plain loops over OpenMP
 // threads that the compiler vectorizes, each result independent of the thread count (every output
-// element is reduced in one fixed order); ExpF32, ExpF64, SwiGluF32, SwiGluBackwardF32 and
+// element is reduced in one fixed order); ExpF32, ExpF64, the SwiGLU kernels and
 // OrderedMatMulF32 run on the calling thread (callers split the work).
 #pragma once
 
@@ -50,11 +50,20 @@ void ExpF64(std::span<const double> x, std::span<double> y);
 // thread. Throws Error on f < 1, sizes that are not whole rows, or overlapping arrays.
 void SwiGluF32(std::span<const float> gu, int64_t f, std::span<float> h);
 
+// SwiGluF32 on bf16 values (uint16_t bit patterns): each widened to fp32 (exactly), the
+// formula in fp32 as above, the result rounded to bf16 once (to nearest even, as CastTo):
+// the bits of SwiGluF32 on the widened input, rounded. A bf16 model's activations stay
+// bf16 through it: half the bytes read and written, no casts around it.
+void SwiGluBf16(std::span<const uint16_t> gu, int64_t f, std::span<uint16_t> h);
+
 // The gradient of SwiGluF32: from dh (rows of f) and gu, dgu (rows of 2f, da then db):
 //   silu = a * s,  da = (dh * b) * (s + silu * (1 - s)),  db = dh * silu
 // with s as above, bit for bit as that scalar loop. One thread; throws as SwiGluF32.
 void SwiGluBackwardF32(std::span<const float> dh, std::span<const float> gu, int64_t f,
                        std::span<float> dgu);
+// The same on bf16 values, rounded once at the end as SwiGluBf16.
+void SwiGluBackwardBf16(std::span<const uint16_t> dh, std::span<const uint16_t> gu, int64_t f,
+                        std::span<uint16_t> dgu);
 
 // Which part of row r of an OrderedMatMul it computes (the causal mask of attention).
 enum class OrderedRange : uint8_t {

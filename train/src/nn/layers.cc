@@ -13,6 +13,7 @@
 namespace mxtrain::nn {
 
 using internal::CheckF32Matrix;
+using internal::CheckHighPrecisionMatrix;
 using internal::Threads;
 
 Tensor EmbeddingForward(const Tensor& table, std::span<const int32_t> ids, int threads) {
@@ -170,39 +171,50 @@ std::span<T> ShareRows(T* p, const mxtrain::internal::ThreadShare& rows, int64_t
 // SwiGLU and its gradient: each thread its share of the rows through the library's kernels
 // (elementwise.h), which give the bits of the scalar formulas there.
 Tensor SwiGluForward(const Tensor& gu, int threads) {
-  CheckF32Matrix(gu, "swiglu input");
+  CheckHighPrecisionMatrix(gu, "swiglu input");
   const int64_t m = gu.shape()[0], f2 = gu.shape()[1];
   MXTRAIN_CHECK(f2 % 2 == 0, "swiglu: input width ", f2, " is not even (gate and up halves)");
   const int64_t f = f2 / 2;
-  Tensor h = Tensor::Empty(DType::kF32, {m, f});
-  const float* in = gu.data<float>();
-  float* out = h.data<float>();
+  Tensor h = Tensor::Empty(gu.dtype(), {m, f});
   if (f == 0) return h;
+  const bool bf16 = gu.dtype() == DType::kBF16;
 #pragma omp parallel num_threads(Threads(threads))
   {
     const mxtrain::internal::ThreadShare rows(m);
-    SwiGluF32(ShareRows(in, rows, f2), f, ShareRows(out, rows, f));
+    if (bf16) {
+      SwiGluBf16(ShareRows(gu.data<uint16_t>(), rows, f2), f,
+                 ShareRows(h.data<uint16_t>(), rows, f));
+    } else {
+      SwiGluF32(ShareRows(gu.data<float>(), rows, f2), f, ShareRows(h.data<float>(), rows, f));
+    }
   }
   return h;
 }
 
 Tensor SwiGluBackward(const Tensor& dh, const Tensor& gu, int threads) {
-  CheckF32Matrix(dh, "swiglu output gradient");
-  CheckF32Matrix(gu, "swiglu input");
+  CheckHighPrecisionMatrix(dh, "swiglu output gradient");
+  CheckHighPrecisionMatrix(gu, "swiglu input");
   const int64_t m = gu.shape()[0], f2 = gu.shape()[1], f = f2 / 2;
   MXTRAIN_CHECK(f2 % 2 == 0, "swiglu backward: input width ", f2,
                 " is not even (gate and up halves)");
+  MXTRAIN_CHECK(dh.dtype() == gu.dtype(), "swiglu backward: gradient of ", Name(dh.dtype()),
+                " for an input of ", Name(gu.dtype()));
   MXTRAIN_CHECK(dh.shape()[0] == m && dh.shape()[1] == f, "swiglu backward: gradient ",
                 dh.shape().ToString(), " for input ", gu.shape().ToString());
-  Tensor dgu = Tensor::Empty(DType::kF32, {m, f2}, MemoryCategory::kGradient);
-  const float* in = gu.data<float>();
-  const float* g = dh.data<float>();
-  float* out = dgu.data<float>();
+  Tensor dgu = Tensor::Empty(gu.dtype(), {m, f2}, MemoryCategory::kGradient);
   if (f == 0) return dgu;
+  const bool bf16 = gu.dtype() == DType::kBF16;
 #pragma omp parallel num_threads(Threads(threads))
   {
     const mxtrain::internal::ThreadShare rows(m);
-    SwiGluBackwardF32(ShareRows(g, rows, f), ShareRows(in, rows, f2), f, ShareRows(out, rows, f2));
+    if (bf16) {
+      SwiGluBackwardBf16(ShareRows(dh.data<uint16_t>(), rows, f),
+                         ShareRows(gu.data<uint16_t>(), rows, f2), f,
+                         ShareRows(dgu.data<uint16_t>(), rows, f2));
+    } else {
+      SwiGluBackwardF32(ShareRows(dh.data<float>(), rows, f), ShareRows(gu.data<float>(), rows, f2),
+                        f, ShareRows(dgu.data<float>(), rows, f2));
+    }
   }
   return dgu;
 }

@@ -216,6 +216,15 @@ void CheckBatch(const ModelConfig& c, std::span<const int32_t> ids,
                 " sequences of ", c.context);
 }
 
+// The SwiGLU gradient for the output gradient dh and the saved input gu, each as its GEMM
+// gave it (the matmul dtype): in that dtype where the two agree (bf16 read and written as
+// it is), else both widened to f32 (exact), the result then cast by the caller's In().
+Tensor SwiGluGrad(const Tensor& dh, const Tensor& gu, int threads) {
+  if (dh.dtype() == gu.dtype()) return nn::SwiGluBackward(dh, gu, threads);
+  return nn::SwiGluBackward(CastTo(dh, DType::kF32, MemoryCategory::kGradient, threads),
+                            CastTo(gu, DType::kF32, MemoryCategory::kActivation, threads), threads);
+}
+
 }  // namespace
 
 LossParts Model::ForwardBackward(std::span<const int32_t> ids, std::span<const int32_t> targets,
@@ -282,7 +291,7 @@ LossParts Model::ForwardBackward(std::span<const int32_t> ids, std::span<const i
       }
     } else {
       Forwarded gu = b.w13->Forward(In(nn::Permute(n2.y, t.perm, th)), t.perm.groups);
-      t.gu = F32(gu.y);
+      t.gu = gu.y;  // the matmul dtype: SwiGLU reads bf16 as it is and writes its In()
       note(*b.w13, gu.ctx);
       t.c13 = std::move(gu.ctx);
       Forwarded ys = b.w2->Forward(In(nn::SwiGluForward(t.gu, th)), t.perm.groups);
@@ -332,7 +341,7 @@ LossParts Model::ForwardBackward(std::span<const int32_t> ids, std::span<const i
     } else {
       Grads g2 = b.w2->Backward(In(ug.dys), std::move(t.c2));
       ug.dys = Tensor();
-      const Tensor dgu = nn::SwiGluBackward(F32(g2.dx), t.gu, th);
+      const Tensor dgu = SwiGluGrad(g2.dx, t.gu, th);
       g2 = Grads();
       Grads g13 = b.w13->Backward(In(dgu), std::move(t.c13));
       dn2 = nn::PermuteBackward(F32(g13.dx), t.perm, th);
@@ -394,7 +403,7 @@ double Model::Evaluate(std::span<const int32_t> ids, std::span<const int32_t> ta
     if (ep_.wire != ExpertWire::kLocal) {
       ys = ExchangedExperts(b, In(nn::Permute(n2, perm, th)), perm, nullptr, 0);
     } else {
-      const Tensor gu = F32(b.w13->Forward(In(nn::Permute(n2, perm, th)), perm.groups, false).y);
+      const Tensor gu = b.w13->Forward(In(nn::Permute(n2, perm, th)), perm.groups, false).y;
       ys = F32(b.w2->Forward(In(nn::SwiGluForward(gu, th)), perm.groups, false).y);
     }
     x = nn::Add(mid, nn::Unpermute(ys, perm, route.weights, th), th);
@@ -437,14 +446,13 @@ Tensor Model::ExchangedExperts(Block& b, const Tensor& xs, const nn::Permutation
     const GroupList& groups = route.recv_groups[s];
     Forwarded gu = mx ? b.w13->Forward(rows_mx.Rows(begin, end), groups, call)
                       : b.w13->Forward(rows_hp.Slice(begin, end), groups, call);
-    const Tensor gu32 = CastTo(gu.y, DType::kF32, MemoryCategory::kActivation, th);
-    Forwarded ys = b.w2->Forward(ToMatmulInput(nn::SwiGluForward(gu32, th)), groups, call);
+    Forwarded ys = b.w2->Forward(ToMatmulInput(nn::SwiGluForward(gu.y, th)), groups, call);
     std::memcpy(ys_all.Slice(begin, end).raw(), ys.y.raw(), ys.y.NumBytes());
     if (t != nullptr) {
       t->ep_c13[s] = std::move(gu.ctx);
       t->ep_c2[s] = std::move(ys.ctx);
-      t->ep_gu[s] = gu32;
-      t->saved.Hold(gu32);
+      t->ep_gu[s] = gu.y;
+      t->saved.Hold(gu.y);
     }
   }
   rows_mx = MxTensor();
@@ -485,8 +493,7 @@ Tensor Model::ExchangedExpertsBackward(Block& b, const Tensor& dys, Tape& tape, 
     Grads g2 = mx ? b.w2->Backward(grads_mx.Rows(begin, end), std::move(t.ep_c2[s]))
                   : b.w2->Backward(grads_hp.Slice(begin, end), std::move(t.ep_c2[s]));
     nn::AddInPlace(b.w2->weight().main_grad(), g2.dw, th);
-    const Tensor dgu = nn::SwiGluBackward(CastTo(g2.dx, DType::kF32, MemoryCategory::kGradient, th),
-                                          t.ep_gu[s], th);
+    const Tensor dgu = SwiGluGrad(g2.dx, t.ep_gu[s], th);
     g2 = Grads();
     Grads g13 = b.w13->Backward(ToMatmulInput(dgu), std::move(t.ep_c13[s]));
     nn::AddInPlace(b.w13->weight().main_grad(), g13.dw, th);

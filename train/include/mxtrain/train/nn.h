@@ -50,9 +50,11 @@ AttentionGrads CausalAttentionBackward(const Tensor& dout, const Tensor& q, cons
                                        int64_t heads, int threads = 0);
 
 // SwiGLU on a fused gate/up projection gu [M, 2F] (gate in columns [0, F), up in [F, 2F)):
-// h [M, F] = silu(gate) * up.
+// h [M, F] = silu(gate) * up, in fp32. gu is f32 or bf16 and h has its dtype: a bf16 gu is
+// widened and h rounded once (SwiGluBf16, elementwise.h), the bits of the f32 form on the
+// widened values cast to bf16.
 Tensor SwiGluForward(const Tensor& gu, int threads = 0);
-// dgu [M, 2F] for dh [M, F].
+// dgu [M, 2F] for dh [M, F], both of gu's dtype (f32 or bf16, as the forward).
 Tensor SwiGluBackward(const Tensor& dh, const Tensor& gu, int threads = 0);
 
 // Top-k softmax router (Mixtral): for logits [T, E], each token goes to its k largest
