@@ -1,10 +1,11 @@
-// SwiGluF32 and SwiGluBackwardF32 (elementwise.h): the gate's exponentials a chunk of a row
-// at a time (exp-inl.h, the bits of std::exp) into a buffer in L1, then the rest of the
-// formula a whole vector at a time. Every operation is an IEEE one in the order the scalar
-// loop writes it (strict FP: nothing fused), so each lane gives that loop's bits whatever
-// the vector width. The model's loops had called ExpF32 once a row and left the division
-// to the compiler's vectors of the baseline ISA (SSE2): SwiGLU was ~10% of a default `mxtrain
-// train` MXFP8 step on Zen 4.
+// The SwiGLU kernels of elementwise.h (SwiGluF32, SwiGluBackwardF32 and their bf16 forms):
+// the gate's exponentials a chunk of a row at a time (exp-inl.h, the bits of std::exp) into
+// a buffer in L1, then the rest of the formula a whole vector at a time. Every operation is
+// an IEEE one in the order the scalar loop writes it (strict FP: nothing fused), so each
+// lane gives that loop's bits whatever the vector width; bf16 values are widened exactly
+// on load and rounded once on store. The model's loops had called ExpF32 once a row and
+// left the division to the compiler's vectors of the baseline ISA (SSE2): SwiGLU was ~10%
+// of a default `mxtrain train` MXFP8 step on Zen 4.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "swiglu_simd.cc"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
