@@ -324,6 +324,15 @@ TEST(NnThreads, ResultsDoNotDependOnTheThreadCount) {
   const nn::AttentionOut o1 = nn::CausalAttentionForward(q, k, v, b, h, 1);
   const nn::AttentionOut o2 = nn::CausalAttentionForward(q, k, v, b, h, 2);
   EXPECT_TRUE(SameBytes(o1.out, o2.out));
+  EXPECT_TRUE(SameBytes(o1.probs, o2.probs));
+  for (const nn::AttentionOut* o : {&o1, &o2}) {  // P is 0 above the diagonal (nn.h)
+    const float* p = o->probs.data<float>();
+    for (int64_t m = 0; m < b * h; ++m) {
+      for (int64_t i = 0; i < t; ++i) {
+        for (int64_t j = i + 1; j < t; ++j) ASSERT_EQ(p[(m * t + i) * t + j], 0.0f) << m << i << j;
+      }
+    }
+  }
   const nn::AttentionGrads g1 = nn::CausalAttentionBackward(r, q, k, v, o1.probs, b, h, 1);
   const nn::AttentionGrads g2 = nn::CausalAttentionBackward(r, q, k, v, o2.probs, b, h, 2);
   EXPECT_TRUE(SameBytes(g1.dq, g2.dq) && SameBytes(g1.dk, g2.dk) && SameBytes(g1.dv, g2.dv));

@@ -6,6 +6,7 @@
 // OrderedMatMulF32 (elementwise.h): vectors along the columns, each sum in K order, so the
 // bits are those of the plain loops on every SIMD target, and the causal triangle is its
 // row ranges. The softmax's max and sums stay scalar loops in j order.
+#include <algorithm>
 #include <cmath>
 #include <span>
 #include <vector>
@@ -87,7 +88,7 @@ AttentionOut CausalAttentionForward(const Tensor& q, const Tensor& k, const Tens
                                     int64_t batch, int64_t heads, int threads) {
   const Dims n = CheckAttention(q, k, v, batch, heads);
   AttentionOut o{Tensor::Empty(DType::kF32, q.shape()),
-                 Tensor::Zeros(DType::kF32, {n.b, n.h, n.t, n.t})};
+                 Tensor::Empty(DType::kF32, {n.b, n.h, n.t, n.t})};
   const float* qp = q.data<float>();
   const float* kp = k.data<float>();
   const float* vp = v.data<float>();
@@ -103,9 +104,12 @@ AttentionOut CausalAttentionForward(const Tensor& q, const Tensor& k, const Tens
       const int64_t base = (b * n.t) * n.width + h * n.d;  // (row 0, column 0) of this pair
       float* p = probs + bh * n.t * n.t;
       TransposeHead(n, kp + base, kt.data());
-      ScoresToDiagonal(n, qp + base, kt.data(), p);  // S; above the diagonal P stays zero
+      ScoresToDiagonal(n, qp + base, kt.data(), p);  // S, on and below the diagonal
       for (int64_t i = 0; i < n.t; ++i) {
         float* pi = p + i * n.t;
+        // Above the diagonal P is zero: written here, by the pair's own thread, rather than
+        // by a serial memset of the whole tensor (1 MiB a layer in the default model).
+        std::fill(pi + i + 1, pi + n.t, 0.0f);
         float mx = -INFINITY;
         for (int64_t j = 0; j <= i; ++j) {
           pi[j] *= scale;
