@@ -172,13 +172,19 @@ bool Disjoint(const T* p, size_t n, const T* q, size_t m) {
   return p + n <= q || q + m <= p;
 }
 
-// The forward's checks (rows of 2f in, rows of f out, apart) and its rows.
+// The rows of a SwiGLU input gu (rows of 2f values), after checking f and its size.
 template <typename T>
-int64_t ForwardRows(std::span<const T> gu, int64_t f, std::span<T> h, const char* op) {
+int64_t InputRows(std::span<const T> gu, int64_t f, const char* op) {
   MXTRAIN_CHECK(f >= 1, op, ": width f must be >= 1, got ", f);
   MXTRAIN_CHECK(gu.size() % static_cast<size_t>(2 * f) == 0, op, ": input of ", gu.size(),
                 " values is not rows of 2f = ", 2 * f);
-  const int64_t rows = static_cast<int64_t>(gu.size()) / (2 * f);
+  return static_cast<int64_t>(gu.size()) / (2 * f);
+}
+
+// The forward's checks (rows of 2f in, rows of f out, apart) and its rows.
+template <typename T>
+int64_t ForwardRows(std::span<const T> gu, int64_t f, std::span<T> h, const char* op) {
+  const int64_t rows = InputRows(gu, f, op);
   MXTRAIN_CHECK(static_cast<int64_t>(h.size()) == rows * f, op, ": output of ", h.size(),
                 " values for ", rows, " rows of f = ", f);
   MXTRAIN_CHECK(Disjoint(gu.data(), gu.size(), h.data(), h.size()), op,
@@ -190,10 +196,7 @@ int64_t ForwardRows(std::span<const T> gu, int64_t f, std::span<T> h, const char
 template <typename T>
 int64_t BackwardRows(std::span<const T> dh, std::span<const T> gu, int64_t f, std::span<T> dgu,
                      const char* op) {
-  MXTRAIN_CHECK(f >= 1, op, ": width f must be >= 1, got ", f);
-  MXTRAIN_CHECK(gu.size() % static_cast<size_t>(2 * f) == 0, op, ": input of ", gu.size(),
-                " values is not rows of 2f = ", 2 * f);
-  const int64_t rows = static_cast<int64_t>(gu.size()) / (2 * f);
+  const int64_t rows = InputRows(gu, f, op);
   MXTRAIN_CHECK(static_cast<int64_t>(dh.size()) == rows * f && dgu.size() == gu.size(), op, ": ",
                 dh.size(), " gradient and ", dgu.size(), " output values for ", rows,
                 " rows of f = ", f);
