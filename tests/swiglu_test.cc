@@ -8,7 +8,6 @@
 
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <limits>
 #include <random>
 #include <span>
@@ -22,15 +21,9 @@
 namespace mxtrain {
 namespace {
 
-uint32_t Bits(float v) {
-  uint32_t b;
-  std::memcpy(&b, &v, sizeof(b));
-  return b;
-}
-
 // Equal bits, or both NaN (a NaN's payload is not specified).
 bool Same(float got, float want) {
-  return Bits(got) == Bits(want) || (std::isnan(got) && std::isnan(want));
+  return F32Bits(got) == F32Bits(want) || (std::isnan(got) && std::isnan(want));
 }
 
 // The scalar formulas of elementwise.h, each operation rounded (strict FP build).
