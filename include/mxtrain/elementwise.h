@@ -46,8 +46,9 @@ void ExpF64(std::span<const double> x, std::span<double> y);
 // up values b in its last f; h gets rows of f:
 //   s = 1 / (1 + exp(-a)),  h = (a * s) * b
 // each operation rounded to fp32 in turn, never fused, and exp(-a) with ExpF32's bits:
-// the bits of that scalar loop, computed a vector at a time on every SIMD target. One
-// thread. Throws Error on f < 1, sizes that are not whole rows, or overlapping arrays.
+// the bits of that scalar loop (a NaN result is a NaN, its payload unspecified), computed
+// a vector at a time on every SIMD target. One thread. Throws Error on f < 1, sizes that
+// are not whole rows, or overlapping arrays.
 void SwiGluF32(std::span<const float> gu, int64_t f, std::span<float> h);
 
 // SwiGluF32 on bf16 values (uint16_t bit patterns): each widened to fp32 (exactly), the
