@@ -61,6 +61,31 @@ void ExpectStdExpBits(const std::vector<T>& x, size_t offset = 0) {
   }
 }
 
+// Each edge alone in a vector of `lanes` ordinary values (step * i + first), at every lane.
+template <typename T>
+void ExpectEachEdgeAtEveryLane(const std::vector<T>& edges, size_t lanes, T step, T first) {
+  for (T e : edges) {
+    for (size_t lane = 0; lane < lanes; ++lane) {
+      std::vector<T> x(lanes);
+      for (size_t i = 0; i < x.size(); ++i) x[i] = step * static_cast<T>(i) + first;
+      x[lane] = e;
+      ExpectStdExpBits(x);
+    }
+  }
+}
+
+// Every length 0..max_n of seeded values in [lo, hi) (the scalar tails).
+template <typename T>
+void ExpectEveryLength(uint32_t seed, T lo, T hi, size_t max_n) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<T> u(lo, hi);
+  for (size_t n = 0; n <= max_n; ++n) {
+    std::vector<T> x(n);
+    for (T& v : x) v = u(rng);
+    ExpectStdExpBits(x);
+  }
+}
+
 class ExpPerTarget : public testing_util::SimdTargetTest {};
 MXTRAIN_INSTANTIATE_PER_SIMD_TARGET(ExpPerTarget);
 
@@ -141,26 +166,10 @@ TEST_P(ExpPerTarget, EdgesAndSpecialLanesEqualStdExp) {
     std::memcpy(&fused[i], &b, sizeof(float));
   }
   ExpectStdExpBits(fused);
-  // Each edge alone in a vector of ordinary values, at every lane position.
-  for (float e : edges) {
-    for (size_t lane = 0; lane < 16; ++lane) {
-      std::vector<float> x(16);
-      for (size_t i = 0; i < x.size(); ++i) x[i] = 0.25f * static_cast<float>(i) - 2.0f;
-      x[lane] = e;
-      ExpectStdExpBits(x);
-    }
-  }
+  ExpectEachEdgeAtEveryLane(edges, 16, 0.25f, -2.0f);
 }
 
-TEST_P(ExpPerTarget, EveryLengthEqualsStdExp) {
-  std::mt19937 rng(7);
-  std::uniform_real_distribution<float> u(-20.0f, 20.0f);
-  for (size_t n = 0; n <= 67; ++n) {
-    std::vector<float> x(n);
-    for (float& v : x) v = u(rng);
-    ExpectStdExpBits(x);
-  }
-}
+TEST_P(ExpPerTarget, EveryLengthEqualsStdExp) { ExpectEveryLength(7, -20.0f, 20.0f, 67); }
 
 // Seeded values over the main path's whole range (|x| < 512), every binade down to the
 // tiny ones, the cross-entropy's inputs (float differences, all <= 0), and random bit
@@ -233,25 +242,10 @@ TEST_P(ExpPerTarget, F64EdgesAndSpecialLanesEqualStdExp) {
                                      0.5 * std::log(2.0) / 128,
                                      -300.5};
   ExpectStdExpBits(edges);
-  for (double e : edges) {  // each alone in a vector of ordinary values, at every lane
-    for (size_t lane = 0; lane < 8; ++lane) {
-      std::vector<double> x(8);
-      for (size_t i = 0; i < x.size(); ++i) x[i] = 0.75 * static_cast<double>(i) - 3.0;
-      x[lane] = e;
-      ExpectStdExpBits(x);
-    }
-  }
+  ExpectEachEdgeAtEveryLane(edges, 8, 0.75, -3.0);
 }
 
-TEST_P(ExpPerTarget, F64EveryLengthEqualsStdExp) {
-  std::mt19937 rng(9);
-  std::uniform_real_distribution<double> u(-40.0, 40.0);
-  for (size_t n = 0; n <= 35; ++n) {
-    std::vector<double> x(n);
-    for (double& v : x) v = u(rng);
-    ExpectStdExpBits(x);
-  }
-}
+TEST_P(ExpPerTarget, F64EveryLengthEqualsStdExp) { ExpectEveryLength(9, -40.0, 40.0, 35); }
 
 TEST(Exp, MismatchedOrOverlappingSpansAreErrors) {
   std::vector<float> x(8, 1.0f), y(7);
