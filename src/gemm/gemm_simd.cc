@@ -5,7 +5,8 @@
 //     for each group of kChunkGroup K chunks of kc
 //       pack B's chunks into kNr-column micro-panels [kc][kNr]        (threads share it out)
 //       for each block of mc rows of this thread                      (A block in L2)
-//         pack A's block, each chunk into kMr-row micro-panels [kc][kMr]
+//         pack A's block, each chunk into kMr-row micro-panels [kc][kMr] (a rowwise A
+//           on 6-row targets: [kMr][kc], each row decoded as it lies)
 //         for each column of B micro-panels
 //           for each chunk of the group, in K order  (its B micro-panel, kc x kNr, in L1)
 //             for each A micro-panel: kMr x kNr of C += A . B over kc   (registers)
@@ -73,6 +74,16 @@ constexpr int64_t kChunkGroup = 2;
 #else
 constexpr int64_t kChunkGroup = 1;
 #endif
+// Rowwise A packed row-major (MicroKernel<true>, PackRowMajorPanels) on targets of 6-row
+// micro-panels, whose k-major packs ran 8-row byte transposes with 6 rows of use: one
+// thread, AVX2, 1024 x 128 x 128 fprop 339 -> 324 us, 512 x 512 x 128 637 -> 627, 2048^3
+// the same. The 14-row AVX-512 panels keep k-major packs (16-row transposes with 14 of
+// use): there row-major gained 1.5% on the small shapes and lost 1-2% at 2048^3.
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+constexpr bool kRowMajorRowwiseA = false;
+#else
+constexpr bool kRowMajorRowwiseA = true;
+#endif
 // Columns per B panel: at most 4096 (4 MiB of fp32 at kKc = 256), so that it stays in L3.
 constexpr int64_t kNcMax = 4096;
 
@@ -81,8 +92,10 @@ constexpr int64_t kNcMax = 4096;
 constexpr int64_t kNr = 2 * static_cast<int64_t>(hn::MaxLanes(D()));
 
 // C[kMr x kNr] (row stride ldc) = acc (add: C + acc), acc = A micro-panel . B micro-panel
-// over kc K steps; a: [kc][kMr], b: [kc][kNr], both 64-byte aligned. With c16, C's values
+// over kc K steps; a: [kc][kMr], or with kRowMajorA [kMr][kKc] (row r's K steps at
+// a + r kKc); b: [kc][kNr]; both 64-byte aligned. With c16, C's values
 // plus bias (kNr floats, or null) go rounded to bf16 to c16 (row stride ldc) instead.
+template <bool kRowMajorA>
 HWY_INLINE void MicroKernel(const float* HWY_RESTRICT a, const float* HWY_RESTRICT b, int64_t kc,
                             float* HWY_RESTRICT c, int64_t ldc, bool add,
                             uint16_t* HWY_RESTRICT c16 = nullptr,
@@ -104,12 +117,12 @@ HWY_INLINE void MicroKernel(const float* HWY_RESTRICT a, const float* HWY_RESTRI
   }
 #pragma GCC unroll 4
   for (int64_t k = 0; k < kc; ++k) {
-    hwy::Prefetch(a + k * kMr + 128);
+    if constexpr (!kRowMajorA) hwy::Prefetch(a + k * kMr + 128);
     const V b0 = hn::Load(d, b + k * 2 * n);
     const V b1 = hn::Load(d, b + k * 2 * n + n);
 #pragma GCC unroll 16
     for (int64_t r = 0; r < kMr; ++r) {
-      const V av = hn::Set(d, a[k * kMr + r]);
+      const V av = hn::Set(d, kRowMajorA ? a[r * kKc + k] : a[k * kMr + r]);
       acc[r][0] = hn::MulAdd(av, b0, acc[r][0]);
       acc[r][1] = hn::MulAdd(av, b1, acc[r][1]);
     }
@@ -498,18 +511,90 @@ HWY_INLINE void PackPanels(const GemmOperand& op, const DecodeTables& t, int64_t
   }
 }
 
+// count codes of one logical row of a rowwise operand, from the start of an MX block
+// (scales: that block's byte and those after it), decoded with their scales folded in:
+// a block's vectors with its factor (ScaleFactors' test on one byte), the tables for a
+// scale byte of 0 or 255 and for vectors DecodeTimes declines, and for the last values
+// when count is not a whole number of vectors.
+template <ElementFormat kFormat>
+HWY_INLINE void DecodeRowwiseRun(const uint8_t* HWY_RESTRICT codes,
+                                 const uint8_t* HWY_RESTRICT scales, int64_t count,
+                                 const DecodeTables& t, float* HWY_RESTRICT out) {
+  const D d;
+  const int64_t n = static_cast<int64_t>(hn::Lanes(d));
+  for (int64_t k0 = 0; k0 < count; k0 += kMxBlock) {
+    const uint8_t byte = scales[k0 / kMxBlock];
+    const int64_t k1 = std::min(count, k0 + kMxBlock);
+    int64_t k = k0;
+    if (byte != 0 && byte != 0xFF) {
+      const V factor = hn::BitCast(d, hn::Set(hn::RebindToSigned<D>(), int32_t{byte} << 23));
+      for (; k + n <= k1; k += n) {
+        if (!DecodeTimes<kFormat>(codes + k, factor, out + k)) {
+          for (int64_t i = k; i < k + n; ++i) out[i] = t.value[codes[i]] * t.scale[byte];
+        }
+      }
+    }
+    for (; k < k1; ++k) out[k] = t.value[codes[k]] * t.scale[byte];
+  }
+}
+
+// Micro-panels [p0, p1) of kMr rows of a rowwise A over K [k0, k0 + kc), row-major for
+// MicroKernel<true>: panel p's row r at dst + (p - p0) kMr kKc + r kKc, K steps [0, kc)
+// (zero past op.s; rows past op.free all zero). Each row is one run of its storage row,
+// decoded by vectors as it lies: no transpose, every lane a real value (a k-major panel
+// of kMr = 6 rows went through 8-row byte transposes).
+void PackRowMajorPanels(const GemmOperand& op, const DecodeTables& t, int64_t p0, int64_t p1,
+                        int64_t k0, int64_t kc, float* HWY_RESTRICT dst) {
+  MXTRAIN_DCHECK(!op.contract_rows && k0 % kMxBlock == 0 && k0 < op.s);
+  MXTRAIN_DCHECK(0 <= p0 && p0 < p1 && 0 < kc && kc <= kKc);
+  const int64_t k_end = std::min(kc, op.s - k0);
+  for (int64_t f = p0 * kMr; f < p1 * kMr; ++f) {
+    float* out = dst + (f - p0 * kMr) * kKc;
+    if (f >= op.free) {
+      std::fill(out, out + kc, 0.0f);
+      continue;
+    }
+    const uint8_t* codes = op.data + f * op.s + k0;
+    const uint8_t* scales = op.scales + f * op.blocks + k0 / kMxBlock;
+    if (f + kAhead < op.free) {  // a row's chunk is a few lines: too short for the prefetchers
+      for (int64_t l = 0; l < k_end; l += 64) hwy::Prefetch(codes + kAhead * op.s + l);
+    }
+    if (op.format == ElementFormat::kE4M3) {
+      DecodeRowwiseRun<ElementFormat::kE4M3>(codes, scales, k_end, t, out);
+    } else {
+      DecodeRowwiseRun<ElementFormat::kE5M2>(codes, scales, k_end, t, out);
+    }
+    std::fill(out + k_end, out + kc, 0.0f);
+  }
+}
+
+// A's micro-panels [p0, p1) over K [k0, k0 + kc) at dst (kMr kKc floats each): a rowwise A
+// row-major where kRowMajorRowwiseA (PackRowMajorPanels, read by MicroKernel<true>), else
+// k-major (PackPanels, PackColumnwise; MicroKernel<false>).
+HWY_INLINE void PackA(const GemmOperand& a, const DecodeTables& t, int64_t p0, int64_t p1,
+                      int64_t k0, int64_t kc, float* dst, float* step) {
+  if (a.contract_rows) {
+    PackColumnwise<kMr>(a, t, p0 * kMr, p1 - p0, k0, kc, dst, step);
+  } else if (kRowMajorRowwiseA) {
+    PackRowMajorPanels(a, t, p0, p1, k0, kc, dst);
+  } else {
+    PackPanels<kMr>(a, t, p0, p1, k0, kc, dst, step);
+  }
+}
+
 // The h x w block of C at c (row stride ldc; h <= kMr, w <= kNr) = the micro-panels' product
 // over kc K steps, added to C where `add`; with c16, rounded (plus bias) to bf16 there
 // instead (MicroKernel). A partial block goes through a buffer.
+template <bool kRowMajorA>
 HWY_INLINE void ComputeBlock(const float* a, const float* b, int64_t kc, int64_t h, int64_t w,
                              float* c, int64_t ldc, bool add, uint16_t* c16 = nullptr,
                              const float* bias = nullptr) {
   if (h == kMr && w == kNr) {
-    MicroKernel(a, b, kc, c, ldc, add, c16, bias);
+    MicroKernel<kRowMajorA>(a, b, kc, c, ldc, add, c16, bias);
     return;
   }
   alignas(64) float edge[kMr * 2 * HWY_MAX_BYTES / sizeof(float)];
-  MicroKernel(a, b, kc, edge, kNr, false);
+  MicroKernel<kRowMajorA>(a, b, kc, edge, kNr, false);
   for (int64_t r = 0; r < h; ++r) {
     for (int64_t j = 0; j < w; ++j) {
       const float out = add ? c[r * ldc + j] + edge[r * kNr + j] : edge[r * kNr + j];
@@ -552,6 +637,7 @@ void RunGemmSplitK(const GemmProblem& p, const std::vector<uint8_t>& block_ok,
   const int64_t mc_panels = std::max<int64_t>(1, kABlockBytes / (kMr * kKc * 4));
   const int64_t chunks = CeilDiv(s, kKc);
   const int64_t plane = rows * cols;
+  const bool row_major_a = kRowMajorRowwiseA && !p.a.contract_rows;
   // At most the chunks past the first thread's share (the team may be smaller than asked).
   Tensor partials = Tensor::Empty(DType::kF32, {(chunks - chunks / p.threads) * plane},
                                   MemoryCategory::kWorkspace);
@@ -583,14 +669,20 @@ void RunGemmSplitK(const GemmProblem& p, const std::vector<uint8_t>& block_ok,
       PackPanels<kNr>(p.b, tb, 0, col_panels, k0, kc, bp, step.mutable_data<float>());
       for (int64_t ic = 0; ic < row_panels; ic += mc_panels) {
         const int64_t ic_end = std::min(row_panels, ic + mc_panels);
-        PackPanels<kMr>(p.a, ta, ic, ic_end, k0, kc, ap, step.mutable_data<float>());
+        PackA(p.a, ta, ic, ic_end, k0, kc, ap, step.mutable_data<float>());
         for (int64_t jp = 0; jp < col_panels; ++jp) {
           for (int64_t ip = ic; ip < ic_end; ++ip) {
             if (!block_ok[ip * blocks_j + jp]) continue;
             const int64_t i0 = ip * kMr, j0 = jp * nr;
-            ComputeBlock(ap + (ip - ic) * kKc * kMr, bp + jp * kKc * nr, kc,
-                         std::min(kMr, rows - i0), std::min(nr, cols - j0), pg + i0 * cols + j0,
-                         cols, add);
+            const float* a = ap + (ip - ic) * kKc * kMr;
+            const float* b = bp + jp * kKc * nr;
+            const int64_t h = std::min(kMr, rows - i0), w = std::min(nr, cols - j0);
+            float* c = pg + i0 * cols + j0;
+            if (row_major_a) {
+              ComputeBlock<true>(a, b, kc, h, w, c, cols, add);
+            } else {
+              ComputeBlock<false>(a, b, kc, h, w, c, cols, add);
+            }
           }
         }
       }
@@ -661,6 +753,7 @@ void RunGemm(const GemmProblem& p, std::vector<uint8_t>& skipped) {
   // whose MicroKernel has no vector rounding).
   const bool narrow = p.bf16_out != nullptr && HWY_TARGET != HWY_SCALAR;
   if (narrow) p.bf16_out->written = true;
+  const bool row_major_a = kRowMajorRowwiseA && !p.a.contract_rows;
 
 #pragma omp parallel num_threads(p.threads)
   {
@@ -705,8 +798,7 @@ void RunGemm(const GemmProblem& p, std::vector<uint8_t>& skipped) {
         for (int64_t ic = rp0; ic < rp1; ic += mc_panels) {
           const int64_t ic_end = std::min(rp1, ic + mc_panels);
           for (int64_t g = 0; g < chunks; ++g) {
-            PackPanels<kMr>(p.a, ta, ic, ic_end, k0(g), kc(g), ap + g * a_chunk,
-                            step.mutable_data<float>());
+            PackA(p.a, ta, ic, ic_end, k0(g), kc(g), ap + g * a_chunk, step.mutable_data<float>());
           }
           const auto tile = [&](int64_t ip, int64_t jp, int64_t g) {
             if (!block_ok[ip * blocks_j + jp]) return;
@@ -720,7 +812,11 @@ void RunGemm(const GemmProblem& p, std::vector<uint8_t>& skipped) {
             const bool to_bf16 = narrow && k0(g) + kc(g) == s;
             uint16_t* c16 = to_bf16 ? p.bf16_out->data + i0 * cols + j0 : nullptr;
             const float* bias = to_bf16 && p.bf16_out->bias ? p.bf16_out->bias + j0 : nullptr;
-            ComputeBlock(a, b, kc(g), h, w, c, cols, add, c16, bias);
+            if (row_major_a) {
+              ComputeBlock<true>(a, b, kc(g), h, w, c, cols, add, c16, bias);
+            } else {
+              ComputeBlock<false>(a, b, kc(g), h, w, c, cols, add, c16, bias);
+            }
           };
           // B micro-panel outer (in L1), A micro-panels inner (from L2), each column's
           // chunks in K order. A micro-panel in L1 with B streamed from L2 instead
