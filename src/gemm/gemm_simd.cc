@@ -74,16 +74,25 @@ constexpr int64_t kChunkGroup = 2;
 #else
 constexpr int64_t kChunkGroup = 1;
 #endif
-// Rowwise A packed row-major (MicroKernel<true>, PackRowMajorPanels) on targets of 6-row
-// micro-panels, whose k-major packs ran 8-row byte transposes with 6 rows of use: one
-// thread, AVX2, 1024 x 128 x 128 fprop 339 -> 324 us, 512 x 512 x 128 637 -> 627, 2048^3
-// the same. The 14-row AVX-512 panels keep k-major packs (16-row transposes with 14 of
-// use): there row-major gained 1.5% on the small shapes and lost 1-2% at 2048^3.
+// A rowwise A is packed row-major (PackRowMajorPanels, read by MicroKernel<true>) on
+// targets of 6-row micro-panels when C has at most kRowMajorMaxCols columns: its k-major
+// pack runs 8-row byte transposes with 6 rows of use, ~1.3 cycles an element, which
+// matters where each A value meets few columns. One thread, AVX2: 1024 x 128 x 128 fprop
+// 339 -> 324 us, 512 x 512 x 128 637 -> 627; at 2048^3 row-major read 0-2% slower (within
+// the noise), so wide outputs keep k-major packs, as the 14-row AVX-512 panels always do
+// (16-row transposes with 14 of use; row-major there gained 1.5% on the small shapes).
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
 constexpr bool kRowMajorRowwiseA = false;
 #else
 constexpr bool kRowMajorRowwiseA = true;
 #endif
+constexpr int64_t kRowMajorMaxCols = 512;
+// Floats from one micro-panel to the next in a pack: kKc K steps of kPw values and a cache
+// line, so that a columnwise pack's K step, which writes every panel, does not write
+// them all into one or two L1 sets (panels of 6 x 256 floats lie 6 KiB apart).
+constexpr int64_t kPanelPad = 16;
+template <int64_t kPw>
+constexpr int64_t kPanelFloats = kPanelPad + (kKc * kPw);
 // Columns per B panel: at most 4096 (4 MiB of fp32 at kKc = 256), so that it stays in L3.
 constexpr int64_t kNcMax = 4096;
 
@@ -269,7 +278,7 @@ HWY_INLINE void DecodeRow(const uint8_t* codes, const uint8_t* scales, int64_t c
 }
 
 // count values of one K step of a columnwise operand straight into their micro-panels of
-// kPw columns (a multiple of the vector): value w at dst[(w / kPw) kKc kPw + w % kPw].
+// kPw columns (a multiple of the vector): value w at dst[(w / kPw) kPanelFloats + w % kPw].
 template <ElementFormat kFormat, int64_t kPw>
 HWY_INLINE void DecodeRowToPanels(const uint8_t* codes, const uint8_t* scales, int64_t count,
                                   const DecodeTables& t, float* HWY_RESTRICT dst) {
@@ -277,32 +286,89 @@ HWY_INLINE void DecodeRowToPanels(const uint8_t* codes, const uint8_t* scales, i
   MXTRAIN_DCHECK(kPw % n == 0);
   int64_t w = 0;
   for (; w + n <= count; w += n) {
-    float* out = dst + (w / kPw) * kKc * kPw + w % kPw;
+    float* out = dst + (w / kPw) * kPanelFloats<kPw> + w % kPw;
     if (!DecodeScaled<kFormat>(codes + w, scales + w, out)) {
       for (int64_t i = 0; i < n; ++i) out[i] = t.value[codes[w + i]] * t.scale[scales[w + i]];
     }
   }
   for (; w < count; ++w) {
-    dst[(w / kPw) * kKc * kPw + w % kPw] = t.value[codes[w]] * t.scale[scales[w]];
+    dst[(w / kPw) * kPanelFloats<kPw> + w % kPw] = t.value[codes[w]] * t.scale[scales[w]];
+  }
+}
+
+// Vectors that cover a panel's kPw values of one K step (the last one runs SpillFloats floats
+// past them), and the floats PackColumnwise needs in `step` for `panels` panels: one K
+// step of them, and their scale factors (a vector each) for the current MX block.
+constexpr int64_t kMaxLanes = static_cast<int64_t>(hn::MaxLanes(D()));
+template <int64_t kPw>
+constexpr int64_t kStepVecs = (kPw + kMaxLanes - 1) / kMaxLanes;
+template <int64_t kPw>
+constexpr int64_t SpillFloats() {
+  return kMaxLanes * kStepVecs<kPw> - kPw;
+}
+template <int64_t kPw>
+constexpr int64_t ColumnwiseStepFloats(int64_t panels) {
+  return panels * (kPw + kMaxLanes * kStepVecs<kPw>);
+}
+
+// One K step of panels [0, fast) of PackColumnwise's fast path: each panel's kPw values
+// from kStepVecs whole vectors of codes at its first column, with the block's factors
+// (`factors`, a vector per panel and vector, all ScaleFactors-normal), stored straight into
+// the panel; the last vector's SpillFloats land on the first of the panel's next K
+// step, which is written after it (after the last K step, in the panel's pad). A panel
+// whose vector DecodeTimes declines takes the tables.
+template <ElementFormat kFormat, int64_t kPw>
+HWY_INLINE void DecodeStepToPanels(const uint8_t* HWY_RESTRICT codes,
+                                   const uint8_t* HWY_RESTRICT scales,
+                                   const float* HWY_RESTRICT factors, int64_t fast,
+                                   const DecodeTables& t, float* HWY_RESTRICT dst_k) {
+  const D d;
+  const int64_t n = static_cast<int64_t>(hn::Lanes(d));
+  for (int64_t p = 0; p < fast; ++p) {
+    float* out = dst_k + p * kPanelFloats<kPw>;
+    const uint8_t* c = codes + p * kPw;
+    for (int64_t j = 0; j < kStepVecs<kPw>; ++j) {
+      const V factor = hn::LoadU(d, factors + (p * kStepVecs<kPw> + j) * n);
+      if (HWY_UNLIKELY(!DecodeTimes<kFormat>(c + j * n, factor, out + j * n))) {
+        const uint8_t* sc = scales + p * kPw;
+        for (int64_t i = 0; i < kPw; ++i) out[i] = t.value[c[i]] * t.scale[sc[i]];
+        break;
+      }
+    }
   }
 }
 
 // Micro-panels [f0 + p kPw, f0 + (p + 1) kPw) for p < panels of a columnwise operand over
-// K [k0, k0 + kc), each as dst[p kKc kPw + k kPw + i] (the layout of PackPanel, below),
+// K [k0, k0 + kc), each as dst[p kPanelFloats + k kPw + i] (the layout of PackPanel, below),
 // K step by K step: each step's codes of all the panels are one run of a storage row, read
 // once and in order, where a panel at a time crossed kc rows per panel, one line each.
-// Panels a whole number of vectors wide take each decoded vector straight to its panel;
-// others go through `row` (panels x kPw floats) and a copy per panel. Rows past op.free and
-// K past op.s are zero.
+// The fast path, for MX blocks whose scale bytes are all normal (1..254): each panel's
+// values decoded from whole vectors at its first column straight into place
+// (DecodeStepToPanels), the factors worked out once per block, not per K step; the
+// panels whose vectors would read past the operand's row from the tables. Blocks with
+// other scale bytes take the general path: vectors where the panels are a whole number of
+// them wide, else a decode into `row` and a copy per panel (which, read back across the
+// vectors' stores, stalled on store forwarding). `step`: ColumnwiseStepFloats(panels).
+// Rows past op.free and K past op.s are zero.
 template <int64_t kPw>
 void PackColumnwise(const GemmOperand& op, const DecodeTables& t, int64_t f0, int64_t panels,
-                    int64_t k0, int64_t kc, float* HWY_RESTRICT dst, float* HWY_RESTRICT row) {
+                    int64_t k0, int64_t kc, float* HWY_RESTRICT dst, float* HWY_RESTRICT step) {
   MXTRAIN_DCHECK(op.contract_rows && k0 % kMxBlock == 0 && k0 < op.s);
   MXTRAIN_DCHECK(0 <= f0 && f0 < op.free && panels > 0 && 0 < kc && kc <= kKc);
+  static_assert(SpillFloats<kPw>() <= kPw && SpillFloats<kPw>() <= kPanelPad,
+                "a spill stays inside the next K step's values or the panel's pad");
+  const D d;
+  const int64_t n = static_cast<int64_t>(hn::Lanes(d));
   constexpr bool kDirect = kPw % static_cast<int64_t>(hn::MaxLanes(D())) == 0;
   const int64_t k_end = std::min(kc, op.s - k0);
   const int64_t span = std::min(panels * kPw, op.free - f0);
+  // Panels whose vectors stay inside the row: f0 + p kPw + kStepVecs n <= op.free.
+  const int64_t reach = op.free - f0 - kStepVecs<kPw> * n;
+  const int64_t fast = reach < 0 ? 0 : std::min(panels, reach / kPw + 1);
+  float* row = step;
+  float* factors = step + panels * kPw;
   std::fill(row + span, row + panels * kPw, 0.0f);
+  bool fast_block = false;
   for (int64_t k = 0; k < kc; ++k) {
     float* dst_k = dst + k * kPw;
     if (k < k_end) {
@@ -314,6 +380,29 @@ void PackColumnwise(const GemmOperand& op, const DecodeTables& t, int64_t f0, in
       if ((k0 + k + kAhead) % kMxBlock == 0 && k + kAhead < k_end) {  // the next scale row
         for (int64_t l = 0; l < span; l += 64) hwy::Prefetch(scales + op.free + l);
       }
+      if (k % kMxBlock == 0) {  // a new block (k0 is a block's first K step)
+        fast_block = fast > 0;
+        for (int64_t p = 0; p < fast; ++p) {
+          for (int64_t j = 0; j < kStepVecs<kPw>; ++j) {
+            V factor = hn::Zero(d);
+            fast_block &= ScaleFactors(scales + p * kPw + j * n, factor);
+            hn::StoreU(factor, d, factors + (p * kStepVecs<kPw> + j) * n);
+          }
+        }
+      }
+      if (fast_block) {
+        if (op.format == ElementFormat::kE4M3) {
+          DecodeStepToPanels<ElementFormat::kE4M3, kPw>(codes, scales, factors, fast, t, dst_k);
+        } else {
+          DecodeStepToPanels<ElementFormat::kE5M2, kPw>(codes, scales, factors, fast, t, dst_k);
+        }
+        // The panels past `fast`: their columns inside the row from the tables, the rest 0.
+        for (int64_t w = fast * kPw; w < panels * kPw; ++w) {
+          dst_k[(w / kPw) * kPanelFloats<kPw> + w % kPw] =
+              w < span ? t.value[codes[w]] * t.scale[scales[w]] : 0.0f;
+        }
+        continue;
+      }
       if constexpr (kDirect) {
         if (op.format == ElementFormat::kE4M3) {
           DecodeRowToPanels<ElementFormat::kE4M3, kPw>(codes, scales, span, t, dst_k);
@@ -322,7 +411,7 @@ void PackColumnwise(const GemmOperand& op, const DecodeTables& t, int64_t f0, in
         }
         // The last panel's columns past op.free.
         for (int64_t w = span; w < panels * kPw; ++w) {
-          dst_k[(w / kPw) * kKc * kPw + w % kPw] = 0.0f;
+          dst_k[(w / kPw) * kPanelFloats<kPw> + w % kPw] = 0.0f;
         }
         continue;
       }
@@ -335,7 +424,7 @@ void PackColumnwise(const GemmOperand& op, const DecodeTables& t, int64_t f0, in
       std::fill(row, row + span, 0.0f);
     }
     for (int64_t p = 0; p < panels; ++p) {
-      std::memcpy(dst_k + p * kKc * kPw, row + p * kPw, kPw * sizeof(float));
+      std::memcpy(dst_k + p * kPanelFloats<kPw>, row + p * kPw, kPw * sizeof(float));
     }
   }
 }
@@ -497,7 +586,7 @@ void PackPanel(const GemmOperand& op, const DecodeTables& t, int64_t f0, int64_t
 }
 
 // Micro-panels [p0, p1) of kPw rows of A (kMr) or columns of B (kNr) over K [k0, k0 + kc)
-// into dst (micro-panel p at dst + (p - p0) kKc kPw): a columnwise operand a K step at a
+// into dst (micro-panel p at dst + (p - p0) kPanelFloats): a columnwise operand a K step at a
 // time across the panels, a rowwise one panel by panel.
 template <int64_t kPw>
 HWY_INLINE void PackPanels(const GemmOperand& op, const DecodeTables& t, int64_t p0, int64_t p1,
@@ -507,7 +596,7 @@ HWY_INLINE void PackPanels(const GemmOperand& op, const DecodeTables& t, int64_t
     return;
   }
   for (int64_t ip = p0; ip < p1; ++ip) {
-    PackPanel(op, t, ip * kPw, kPw, k0, kc, dst + (ip - p0) * kKc * kPw);
+    PackPanel(op, t, ip * kPw, kPw, k0, kc, dst + (ip - p0) * kPanelFloats<kPw>);
   }
 }
 
@@ -549,7 +638,7 @@ void PackRowMajorPanels(const GemmOperand& op, const DecodeTables& t, int64_t p0
   MXTRAIN_DCHECK(0 <= p0 && p0 < p1 && 0 < kc && kc <= kKc);
   const int64_t k_end = std::min(kc, op.s - k0);
   for (int64_t f = p0 * kMr; f < p1 * kMr; ++f) {
-    float* out = dst + (f - p0 * kMr) * kKc;
+    float* out = dst + (f / kMr - p0) * kPanelFloats<kMr> + (f % kMr) * kKc;
     if (f >= op.free) {
       std::fill(out, out + kc, 0.0f);
       continue;
@@ -568,14 +657,17 @@ void PackRowMajorPanels(const GemmOperand& op, const DecodeTables& t, int64_t p0
   }
 }
 
-// A's micro-panels [p0, p1) over K [k0, k0 + kc) at dst (kMr kKc floats each): a rowwise A
-// row-major where kRowMajorRowwiseA (PackRowMajorPanels, read by MicroKernel<true>), else
-// k-major (PackPanels, PackColumnwise; MicroKernel<false>).
+// Whether p's A is packed row-major (kRowMajorRowwiseA above).
+bool RowMajorA(const GemmProblem& p) {
+  return kRowMajorRowwiseA && !p.a.contract_rows && p.b.free <= kRowMajorMaxCols;
+}
+
+// A's micro-panels [p0, p1) over K [k0, k0 + kc) at dst (kPanelFloats<kMr> each): row-major
+// where `row_major` (RowMajorA; PackRowMajorPanels, read by MicroKernel<true>), else
+// k-major (PackPanels or PackColumnwise; MicroKernel<false>).
 HWY_INLINE void PackA(const GemmOperand& a, const DecodeTables& t, int64_t p0, int64_t p1,
-                      int64_t k0, int64_t kc, float* dst, float* step) {
-  if (a.contract_rows) {
-    PackColumnwise<kMr>(a, t, p0 * kMr, p1 - p0, k0, kc, dst, step);
-  } else if (kRowMajorRowwiseA) {
+                      int64_t k0, int64_t kc, bool row_major, float* dst, float* step) {
+  if (row_major) {
     PackRowMajorPanels(a, t, p0, p1, k0, kc, dst);
   } else {
     PackPanels<kMr>(a, t, p0, p1, k0, kc, dst, step);
@@ -637,7 +729,7 @@ void RunGemmSplitK(const GemmProblem& p, const std::vector<uint8_t>& block_ok,
   const int64_t mc_panels = std::max<int64_t>(1, kABlockBytes / (kMr * kKc * 4));
   const int64_t chunks = CeilDiv(s, kKc);
   const int64_t plane = rows * cols;
-  const bool row_major_a = kRowMajorRowwiseA && !p.a.contract_rows;
+  const bool row_major_a = RowMajorA(p);
   // At most the chunks past the first thread's share (the team may be smaller than asked).
   Tensor partials = Tensor::Empty(DType::kF32, {(chunks - chunks / p.threads) * plane},
                                   MemoryCategory::kWorkspace);
@@ -646,12 +738,14 @@ void RunGemmSplitK(const GemmProblem& p, const std::vector<uint8_t>& block_ok,
 #pragma omp parallel num_threads(p.threads)
   {
     const internal::ScopedFpEnv fp_env;
-    Tensor b_pack = Tensor::Empty(DType::kF32, {col_panels * kKc * nr + kPackSpill},
+    Tensor b_pack = Tensor::Empty(DType::kF32, {col_panels * kPanelFloats<kNr> + kPackSpill},
                                   MemoryCategory::kWorkspace);
-    Tensor a_pack = Tensor::Empty(DType::kF32, {mc_panels * kMr * kKc + kPackSpill},
+    Tensor a_pack = Tensor::Empty(DType::kF32, {mc_panels * kPanelFloats<kMr> + kPackSpill},
                                   MemoryCategory::kWorkspace);
-    Tensor step = Tensor::Empty(DType::kF32, {std::max(col_panels * nr, mc_panels * kMr)},
-                                MemoryCategory::kWorkspace);
+    Tensor step = Tensor::Empty(
+        DType::kF32,
+        {std::max(ColumnwiseStepFloats<kNr>(col_panels), ColumnwiseStepFloats<kMr>(mc_panels))},
+        MemoryCategory::kWorkspace);
     float* bp = b_pack.mutable_data<float>();
     float* ap = a_pack.mutable_data<float>();
     MXTRAIN_DCHECK(reinterpret_cast<uintptr_t>(bp) % 64 == 0 &&
@@ -669,13 +763,13 @@ void RunGemmSplitK(const GemmProblem& p, const std::vector<uint8_t>& block_ok,
       PackPanels<kNr>(p.b, tb, 0, col_panels, k0, kc, bp, step.mutable_data<float>());
       for (int64_t ic = 0; ic < row_panels; ic += mc_panels) {
         const int64_t ic_end = std::min(row_panels, ic + mc_panels);
-        PackA(p.a, ta, ic, ic_end, k0, kc, ap, step.mutable_data<float>());
+        PackA(p.a, ta, ic, ic_end, k0, kc, row_major_a, ap, step.mutable_data<float>());
         for (int64_t jp = 0; jp < col_panels; ++jp) {
           for (int64_t ip = ic; ip < ic_end; ++ip) {
             if (!block_ok[ip * blocks_j + jp]) continue;
             const int64_t i0 = ip * kMr, j0 = jp * nr;
-            const float* a = ap + (ip - ic) * kKc * kMr;
-            const float* b = bp + jp * kKc * nr;
+            const float* a = ap + (ip - ic) * kPanelFloats<kMr>;
+            const float* b = bp + jp * kPanelFloats<kNr>;
             const int64_t h = std::min(kMr, rows - i0), w = std::min(nr, cols - j0);
             float* c = pg + i0 * cols + j0;
             if (row_major_a) {
@@ -734,7 +828,7 @@ void RunGemm(const GemmProblem& p, std::vector<uint8_t>& skipped) {
   }
   // B panel of one (column block, K chunk): nc_panels micro-panels of [kKc][nr]; a group's
   // chunks one after another. A block likewise, per thread.
-  const int64_t b_chunk = nc_panels * kKc * nr, a_chunk = mc_panels * kMr * kKc;
+  const int64_t b_chunk = nc_panels * kPanelFloats<kNr>, a_chunk = mc_panels * kPanelFloats<kMr>;
   // One chunk at a time where a chunk's B panel and A block fit L2 and a group's would not:
   // B then stays in L2 for all the thread's A blocks (an expert of 1408 columns on one
   // thread: MoE FC1 fprop 5% slower with two).
@@ -753,7 +847,7 @@ void RunGemm(const GemmProblem& p, std::vector<uint8_t>& skipped) {
   // whose MicroKernel has no vector rounding).
   const bool narrow = p.bf16_out != nullptr && HWY_TARGET != HWY_SCALAR;
   if (narrow) p.bf16_out->written = true;
-  const bool row_major_a = kRowMajorRowwiseA && !p.a.contract_rows;
+  const bool row_major_a = RowMajorA(p);
 
 #pragma omp parallel num_threads(p.threads)
   {
@@ -762,8 +856,10 @@ void RunGemm(const GemmProblem& p, std::vector<uint8_t>& skipped) {
         Tensor::Empty(DType::kF32, {group * a_chunk + kPackSpill}, MemoryCategory::kWorkspace);
     float* ap = a_pack.mutable_data<float>();
     // One K step of the columnwise panels this thread packs (PackColumnwise).
-    Tensor step = Tensor::Empty(DType::kF32, {std::max(nc_panels * nr, mc_panels * kMr)},
-                                MemoryCategory::kWorkspace);
+    Tensor step = Tensor::Empty(
+        DType::kF32,
+        {std::max(ColumnwiseStepFloats<kNr>(nc_panels), ColumnwiseStepFloats<kMr>(mc_panels))},
+        MemoryCategory::kWorkspace);
     const ThreadShare my_rows(row_panels);
     const int64_t rp0 = split_rows ? my_rows.begin : 0;
     const int64_t rp1 = split_rows ? my_rows.end : row_panels;
@@ -785,12 +881,12 @@ void RunGemm(const GemmProblem& p, std::vector<uint8_t>& skipped) {
           if (p.b.contract_rows) {
             if (j0 < j1) {
               PackColumnwise<kNr>(p.b, tb, j0 * nr, j1 - j0, k0(g), kc(g),
-                                  bg + (j0 - jc) * kKc * nr, step.mutable_data<float>());
+                                  bg + (j0 - jc) * kPanelFloats<kNr>, step.mutable_data<float>());
             }
           } else {
 #pragma omp for schedule(static) nowait
             for (int64_t jp = jc; jp < jc_end; ++jp) {
-              PackPanel(p.b, tb, jp * nr, nr, k0(g), kc(g), bg + (jp - jc) * kKc * nr);
+              PackPanel(p.b, tb, jp * nr, nr, k0(g), kc(g), bg + (jp - jc) * kPanelFloats<kNr>);
             }
           }
         }
@@ -798,14 +894,15 @@ void RunGemm(const GemmProblem& p, std::vector<uint8_t>& skipped) {
         for (int64_t ic = rp0; ic < rp1; ic += mc_panels) {
           const int64_t ic_end = std::min(rp1, ic + mc_panels);
           for (int64_t g = 0; g < chunks; ++g) {
-            PackA(p.a, ta, ic, ic_end, k0(g), kc(g), ap + g * a_chunk, step.mutable_data<float>());
+            PackA(p.a, ta, ic, ic_end, k0(g), kc(g), row_major_a, ap + g * a_chunk,
+                  step.mutable_data<float>());
           }
           const auto tile = [&](int64_t ip, int64_t jp, int64_t g) {
             if (!block_ok[ip * blocks_j + jp]) return;
             const bool add = k0(g) > 0 || !p.overwrite;
-            const float* b = bp + g * b_chunk + (jp - jc) * kKc * nr;
+            const float* b = bp + g * b_chunk + (jp - jc) * kPanelFloats<kNr>;
             const int64_t j0 = jp * nr, w = std::min(nr, cols - j0);
-            const float* a = ap + g * a_chunk + (ip - ic) * kKc * kMr;
+            const float* a = ap + g * a_chunk + (ip - ic) * kPanelFloats<kMr>;
             const int64_t i0 = ip * kMr, h = std::min(kMr, rows - i0);
             float* c = p.c + i0 * cols + j0;
             // The last K chunk of a bf16 result: rounded straight into it.
