@@ -18,6 +18,7 @@
 #include "gemm/kernels.h"
 #include "gemm/operand.h"
 #include "gemm_test_util.h"
+#include "mxtrain/elementwise.h"
 #include "mxtrain/error.h"
 #include "mxtrain/format/e8m0.h"
 #include "mxtrain/format/element.h"
@@ -588,6 +589,67 @@ TEST_P(GemmSimdF32PerTarget, SplitKIsTheOneThreadSchedule) {
       testing_util::BoundOracle(c.x, c.y, nullptr, acc_before).Check(one, what);
       for (const int threads : {2, 3}) {
         EXPECT_TRUE(testing_util::BytesEqual(run(threads), one)) << what << " threads " << threads;
+      }
+    }
+  }
+}
+
+// A rowwise A is packed row-major when C has at most 512 columns and k-major above that
+// (gemm_simd.cc, kRowMajorMaxCols): both forms sum the same products in the same order, so
+// the first 512 columns of a 600-column fprop or dgrad are the bytes of the 512-column
+// one, with K over several 256-long chunks, an edge micro-panel of rows and a block of
+// E5M2 codes, accumulating into C and rounding to bf16 as well.
+TEST_P(GemmSimdF32PerTarget, RowMajorAndKMajorAPacksGiveTheSameBytes) {
+  ForceGemmPath("simd-f32");
+  const std::string& target = GetParam();
+  constexpr int64_t kM = 47, kK = 600, kNarrow = 512, kWide = 600;
+  const MxTensor a = QuantizeRowwise(MakeF32({kM, kK}, RandomValues(kM * kK, 3101, -3, 3)), {});
+  const std::vector<float> b_values = RandomValues(kWide * kK, 3102, -3, 3);
+  // fprop's B: rows [kWide, kK] and its first kNarrow rows; dgrad's B: [kK, kWide]
+  // columnwise and its first kNarrow columns (column scales do not depend on the others).
+  const Tensor fprop_wide = MakeF32({kWide, kK}, b_values);
+  std::vector<float> dgrad_narrow_values;
+  for (int64_t k = 0; k < kK; ++k) {
+    dgrad_narrow_values.insert(dgrad_narrow_values.end(), b_values.begin() + k * kWide,
+                               b_values.begin() + k * kWide + kNarrow);
+  }
+  const std::vector<float> before = RandomValues(kM * kWide, 3103, -1, 1);
+  for (const ElementFormat b_format : {ElementFormat::kE4M3, ElementFormat::kE5M2}) {
+    QuantizeOptions qo;
+    qo.format = b_format;
+    const struct {
+      const char* name;
+      MxTensor wide, narrow;
+    } cases[] = {{"fprop", QuantizeRowwise(fprop_wide, qo),
+                  QuantizeRowwise(fprop_wide.Slice(0, kNarrow), qo)},
+                 {"dgrad", QuantizeColumnwise(MakeF32({kK, kWide}, b_values), qo),
+                  QuantizeColumnwise(MakeF32({kK, kNarrow}, dgrad_narrow_values), qo)}};
+    for (const auto& c : cases) {
+      for (const int mode : {0, 1, 2}) {  // overwrite, accumulate, bf16 result
+        const auto run = [&](const MxTensor& b, int64_t cols) {
+          GemmOptions o;
+          o.threads = 2;
+          Tensor acc = Tensor::Zeros(DType::kF32, {kM, cols});
+          if (mode == 1) {
+            float* p = acc.mutable_data<float>();
+            for (int64_t i = 0; i < kM; ++i) {
+              for (int64_t j = 0; j < cols; ++j) p[i * cols + j] = before[i * kWide + j];
+            }
+            o.accumulate = &acc;
+          }
+          if (mode == 2) o.out_dtype = DType::kBF16;
+          return CastTo(MxGemm(a, b, o), DType::kF32);
+        };
+        const Tensor wide = run(c.wide, kWide), narrow = run(c.narrow, kNarrow);
+        const float* w = wide.data<float>();
+        const float* n = narrow.data<float>();
+        int64_t differ = 0;
+        for (int64_t i = 0; i < kM; ++i) {
+          differ += std::memcmp(w + i * kWide, n + i * kNarrow, kNarrow * sizeof(float)) != 0;
+        }
+        EXPECT_EQ(differ, 0) << target << " " << c.name << " B "
+                             << (b_format == ElementFormat::kE5M2 ? "E5M2" : "E4M3") << " mode "
+                             << mode << ": rows whose first 512 columns differ";
       }
     }
   }

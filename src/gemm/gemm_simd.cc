@@ -74,18 +74,12 @@ constexpr int64_t kChunkGroup = 2;
 #else
 constexpr int64_t kChunkGroup = 1;
 #endif
-// A rowwise A is packed row-major (PackRowMajorPanels, read by MicroKernel<true>) on
-// targets of 6-row micro-panels when C has at most kRowMajorMaxCols columns: its k-major
-// pack runs 8-row byte transposes with 6 rows of use, ~1.3 cycles an element, which
-// matters where each A value meets few columns. One thread, AVX2: 1024 x 128 x 128 fprop
-// 339 -> 324 us, 512 x 512 x 128 637 -> 627; at 2048^3 row-major read 0-2% slower (within
-// the noise), so wide outputs keep k-major packs, as the 14-row AVX-512 panels always do
-// (16-row transposes with 14 of use; row-major there gained 1.5% on the small shapes).
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-constexpr bool kRowMajorRowwiseA = false;
-#else
-constexpr bool kRowMajorRowwiseA = true;
-#endif
+// A rowwise A is packed row-major (PackRowMajorPanels, read by MicroKernel<true>) when C
+// has at most kRowMajorMaxCols columns, where each A value meets few columns and its pack
+// weighs: the k-major pack runs 8- or 16-row byte transposes for 6- or 14-row panels,
+// ~1.3 cycles an element on AVX2. One thread: AVX2 1024 x 128 x 128 fprop 339 -> 324 us,
+// 512 x 512 x 128 637 -> 627; AVX-512 332 -> 326 and 1024 x 128 x 384 980 -> 962. At 2048^3
+// row-major read 0-2% slower (within the noise, never faster): wide outputs keep k-major.
 constexpr int64_t kRowMajorMaxCols = 512;
 // Floats from one micro-panel to the next in a pack: kKc K steps of kPw values and a cache
 // line, so that a columnwise pack's K step, which writes every panel, does not write
@@ -657,9 +651,9 @@ void PackRowMajorPanels(const GemmOperand& op, const DecodeTables& t, int64_t p0
   }
 }
 
-// Whether p's A is packed row-major (kRowMajorRowwiseA above).
+// Whether p's A is packed row-major (kRowMajorMaxCols above).
 bool RowMajorA(const GemmProblem& p) {
-  return kRowMajorRowwiseA && !p.a.contract_rows && p.b.free <= kRowMajorMaxCols;
+  return !p.a.contract_rows && p.b.free <= kRowMajorMaxCols;
 }
 
 // A's micro-panels [p0, p1) over K [k0, k0 + kc) at dst (kPanelFloats<kMr> each): row-major
