@@ -6,7 +6,7 @@
 //       pack B's chunks into kNr-column micro-panels [kc][kNr]        (threads share it out)
 //       for each block of mc rows of this thread                      (A block in L2)
 //         pack A's block, each chunk into kMr-row micro-panels [kc][kMr] (a rowwise A
-//           on 6-row targets: [kMr][kc], each row decoded as it lies)
+//           of a narrow C: [kMr][kc], each row decoded as it lies)
 //         for each column of B micro-panels
 //           for each chunk of the group, in K order  (its B micro-panel, kc x kNr, in L1)
 //             for each A micro-panel: kMr x kNr of C += A . B over kc   (registers)
@@ -622,10 +622,10 @@ HWY_INLINE void DecodeRowwiseRun(const uint8_t* HWY_RESTRICT codes,
 }
 
 // Micro-panels [p0, p1) of kMr rows of a rowwise A over K [k0, k0 + kc), row-major for
-// MicroKernel<true>: panel p's row r at dst + (p - p0) kMr kKc + r kKc, K steps [0, kc)
-// (zero past op.s; rows past op.free all zero). Each row is one run of its storage row,
-// decoded by vectors as it lies: no transpose, every lane a real value (a k-major panel
-// of kMr = 6 rows went through 8-row byte transposes).
+// MicroKernel<true>: panel p's row r at dst + (p - p0) kPanelFloats + r kKc, K steps
+// [0, kc) (zero past op.s; rows past op.free all zero). Each row is one run of its storage
+// row, decoded by vectors as it lies: no transpose, every lane a real value (PackPanel's
+// k-major panels go through 8- or 16-row byte transposes for 6 or 14 rows).
 void PackRowMajorPanels(const GemmOperand& op, const DecodeTables& t, int64_t p0, int64_t p1,
                         int64_t k0, int64_t kc, float* HWY_RESTRICT dst) {
   MXTRAIN_DCHECK(!op.contract_rows && k0 % kMxBlock == 0 && k0 < op.s);
@@ -652,9 +652,7 @@ void PackRowMajorPanels(const GemmOperand& op, const DecodeTables& t, int64_t p0
 }
 
 // Whether p's A is packed row-major (kRowMajorMaxCols above).
-bool RowMajorA(const GemmProblem& p) {
-  return !p.a.contract_rows && p.b.free <= kRowMajorMaxCols;
-}
+bool RowMajorA(const GemmProblem& p) { return !p.a.contract_rows && p.b.free <= kRowMajorMaxCols; }
 
 // A's micro-panels [p0, p1) over K [k0, k0 + kc) at dst (kPanelFloats<kMr> each): row-major
 // where `row_major` (RowMajorA; PackRowMajorPanels, read by MicroKernel<true>), else
