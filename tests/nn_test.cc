@@ -182,6 +182,85 @@ TEST(NnAttention, IsCausalAndMatchesADoubleReference) {
   EXPECT_EQ(0, std::memcmp(out.raw(), out2.raw(), (t - 1) * h * d * 4));
 }
 
+// The attention's every output bit for bit against the plain loops that nn.h and
+// attention.cc describe (each sum from 0 in its index order, products rounded before they
+// are added, std::exp), forward and backward, with sequence lengths that do and do not
+// fill the softmax's groups of interleaved rows, on one and two threads.
+TEST(NnAttention, BitsAreThePlainLoops) {
+  for (const int64_t t : {13, 64}) {
+    const int64_t b = 2, h = 3, d = t == 64 ? 32 : 5, w = h * d;
+    const Tensor q = Random({b * t, w}, 40 + t), k = Random({b * t, w}, 41 + t),
+                 v = Random({b * t, w}, 42 + t), dout = Random({b * t, w}, 43 + t);
+    std::vector<float> out(b * t * w), dq(b * t * w), dk(b * t * w), dv(b * t * w);
+    std::vector<float> probs(b * h * t * t, 0.0f);
+    const float* Q = q.data<float>();
+    const float* K = k.data<float>();
+    const float* V = v.data<float>();
+    const float* dO = dout.data<float>();
+    const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+    for (int64_t bb = 0; bb < b; ++bb) {
+      for (int64_t hh = 0; hh < h; ++hh) {
+        const auto at = [&](int64_t row, int64_t c) { return (bb * t + row) * w + hh * d + c; };
+        float* P = probs.data() + (bb * h + hh) * t * t;
+        std::vector<float> dS(t * t, 0.0f);
+        for (int64_t i = 0; i < t; ++i) {
+          float mx = -INFINITY;
+          for (int64_t j = 0; j <= i; ++j) {
+            float s = 0;
+            for (int64_t c = 0; c < d; ++c) s += Q[at(i, c)] * K[at(j, c)];
+            P[i * t + j] = s * scale;
+            mx = P[i * t + j] > mx ? P[i * t + j] : mx;
+          }
+          float sum = 0;
+          for (int64_t j = 0; j <= i; ++j) sum += (P[i * t + j] = std::exp(P[i * t + j] - mx));
+          const float inv = 1.0f / sum;
+          for (int64_t j = 0; j <= i; ++j) P[i * t + j] *= inv;
+          for (int64_t c = 0; c < d; ++c) {
+            float o = 0;
+            for (int64_t j = 0; j <= i; ++j) o += P[i * t + j] * V[at(j, c)];
+            out[at(i, c)] = o;
+          }
+          float dot = 0;
+          for (int64_t j = 0; j <= i; ++j) {
+            float dp = 0;
+            for (int64_t c = 0; c < d; ++c) dp += dO[at(i, c)] * V[at(j, c)];
+            dS[i * t + j] = dp;
+            dot += P[i * t + j] * dp;
+          }
+          for (int64_t j = 0; j <= i; ++j) {
+            dS[i * t + j] = P[i * t + j] * (dS[i * t + j] - dot) * scale;
+          }
+        }
+        for (int64_t i = 0; i < t; ++i) {
+          for (int64_t c = 0; c < d; ++c) {
+            float sq = 0, sk = 0, sv = 0;
+            for (int64_t j = 0; j <= i; ++j) sq += dS[i * t + j] * K[at(j, c)];
+            for (int64_t r = i; r < t; ++r) sk += dS[r * t + i] * Q[at(r, c)];
+            for (int64_t r = i; r < t; ++r) sv += P[r * t + i] * dO[at(r, c)];
+            dq[at(i, c)] = sq;
+            dk[at(i, c)] = sk;
+            dv[at(i, c)] = sv;
+          }
+        }
+      }
+    }
+    const auto same = [](const Tensor& got, const std::vector<float>& want) {
+      return got.NumBytes() == want.size() * sizeof(float) &&
+             std::memcmp(got.raw(), want.data(), got.NumBytes()) == 0;
+    };
+    for (const int threads : {1, 2}) {
+      const nn::AttentionOut o = nn::CausalAttentionForward(q, k, v, b, h, threads);
+      EXPECT_TRUE(same(o.out, out)) << "out, T " << t << ", threads " << threads;
+      EXPECT_TRUE(same(o.probs, probs)) << "P, T " << t << ", threads " << threads;
+      const nn::AttentionGrads g =
+          nn::CausalAttentionBackward(dout, q, k, v, o.probs, b, h, threads);
+      EXPECT_TRUE(same(g.dq, dq)) << "dq, T " << t << ", threads " << threads;
+      EXPECT_TRUE(same(g.dk, dk)) << "dk, T " << t << ", threads " << threads;
+      EXPECT_TRUE(same(g.dv, dv)) << "dv, T " << t << ", threads " << threads;
+    }
+  }
+}
+
 TEST(NnSwiGlu, GradientMatchesFiniteDifferences) {
   Tensor gu = Random({6, 10}, 15, 2.0f);
   const Tensor r = Random({6, 5}, 16);
