@@ -5,7 +5,8 @@
 // run in parallel and each sum runs in one fixed order. The six products go through
 // OrderedMatMulF32 (elementwise.h): vectors along the columns, each sum in K order, so the
 // bits are those of the plain loops on every SIMD target, and the causal triangle is its
-// row ranges. The softmax's max and sums stay scalar loops in j order.
+// row ranges. The softmax's max and sums stay scalar loops in j order, four rows' chains
+// interleaved.
 #include <algorithm>
 #include <cmath>
 #include <span>
@@ -82,6 +83,76 @@ void TimesHead(const Dims& n, const float* m, bool transposed, const float* head
        .range = transposed ? OrderedRange::kDepthFromDiagonal : OrderedRange::kDepthToDiagonal});
 }
 
+// Rows of a causal [T, T] row set (row i holds j <= i) taken kGroup at a time, so that the
+// softmax's in-order chains (max, sum, the backward's dot) of kGroup rows run interleaved:
+// each chain alone waits on its own add or compare (a few cycles a term), and rows are
+// independent, so interleaving leaves every row's sequence of operations as it was.
+constexpr int kGroup = 4;
+
+// acc[r] = step(i0 + r, j, acc[r]) for j = 0 .. i0 + r in order, for the kG rows from i0:
+// the j the rows share side by side, then each row's last r terms.
+template <int kG, typename Step>
+void TriangleRowChains(int64_t i0, float (&acc)[kG], Step&& step) {
+  for (int64_t j = 0; j <= i0; ++j) {
+    for (int r = 0; r < kG; ++r) acc[r] = step(i0 + r, j, acc[r]);
+  }
+  for (int r = 1; r < kG; ++r) {
+    for (int64_t j = i0 + 1; j <= i0 + r; ++j) acc[r] = step(i0 + r, j, acc[r]);
+  }
+}
+
+// Softmax of rows [i0, i0 + kG) of S in place (row i over j <= i, scaled by `scale`), the
+// entries above the diagonal set to zero: per row, scale, max, subtract, exp, sum, divide,
+// each in j order as one row alone does them.
+template <int kG>
+void SoftmaxRows(int64_t t, int64_t i0, float scale, float* p) {
+  float mx[kG], sum[kG];
+  for (int r = 0; r < kG; ++r) {
+    const int64_t i = i0 + r;
+    float* pi = p + i * t;
+    // Above the diagonal P is zero: written here, by the pair's own thread, rather than by a
+    // serial memset of the whole tensor (1 MiB a layer in the default model).
+    std::fill(pi + i + 1, pi + t, 0.0f);
+    for (int64_t j = 0; j <= i; ++j) pi[j] *= scale;
+    mx[r] = -INFINITY;
+  }
+  // std::fmax without the call (NaN never wins).
+  TriangleRowChains<kG>(i0, mx, [&](int64_t i, int64_t j, float m) {
+    const float x = p[i * t + j];
+    return x > m ? x : m;
+  });
+  for (int r = 0; r < kG; ++r) {
+    const int64_t i = i0 + r;
+    float* pi = p + i * t;
+    for (int64_t j = 0; j <= i; ++j) pi[j] -= mx[r];
+    const std::span<float> row(pi, static_cast<size_t>(i + 1));
+    ExpF32(row, row);  // std::exp's bits, by vectors
+    sum[r] = 0;
+  }
+  TriangleRowChains<kG>(i0, sum, [&](int64_t i, int64_t j, float s) { return s + p[i * t + j]; });
+  for (int r = 0; r < kG; ++r) {
+    const int64_t i = i0 + r;
+    float* pi = p + i * t;
+    const float inv = 1.0f / sum[r];
+    for (int64_t j = 0; j <= i; ++j) pi[j] *= inv;
+  }
+}
+
+// dS = P * (dP - rowsum(P * dP)) * scale for rows [i0, i0 + kG), dP in ds, in place.
+template <int kG>
+void SoftmaxBackwardRows(int64_t t, int64_t i0, float scale, const float* p, float* ds) {
+  float dot[kG];
+  for (int r = 0; r < kG; ++r) dot[r] = 0;
+  TriangleRowChains<kG>(
+      i0, dot, [&](int64_t i, int64_t j, float d) { return d + p[i * t + j] * ds[i * t + j]; });
+  for (int r = 0; r < kG; ++r) {
+    const int64_t i = i0 + r;
+    const float* pi = p + i * t;
+    float* dsi = ds + i * t;
+    for (int64_t j = 0; j <= i; ++j) dsi[j] = pi[j] * (dsi[j] - dot[r]) * scale;
+  }
+}
+
 }  // namespace
 
 AttentionOut CausalAttentionForward(const Tensor& q, const Tensor& k, const Tensor& v,
@@ -105,24 +176,9 @@ AttentionOut CausalAttentionForward(const Tensor& q, const Tensor& k, const Tens
       float* p = probs + bh * n.t * n.t;
       TransposeHead(n, kp + base, kt.data());
       ScoresToDiagonal(n, qp + base, kt.data(), p);  // S, on and below the diagonal
-      for (int64_t i = 0; i < n.t; ++i) {
-        float* pi = p + i * n.t;
-        // Above the diagonal P is zero: written here, by the pair's own thread, rather than
-        // by a serial memset of the whole tensor (1 MiB a layer in the default model).
-        std::fill(pi + i + 1, pi + n.t, 0.0f);
-        float mx = -INFINITY;
-        for (int64_t j = 0; j <= i; ++j) {
-          pi[j] *= scale;
-          mx = pi[j] > mx ? pi[j] : mx;  // std::fmax without the call (NaN never wins)
-        }
-        for (int64_t j = 0; j <= i; ++j) pi[j] -= mx;
-        const std::span<float> row(pi, static_cast<size_t>(i + 1));
-        ExpF32(row, row);  // std::exp's bits, by vectors
-        float sum = 0;
-        for (int64_t j = 0; j <= i; ++j) sum += pi[j];
-        const float inv = 1.0f / sum;
-        for (int64_t j = 0; j <= i; ++j) pi[j] *= inv;
-      }
+      int64_t i = 0;
+      for (; i + kGroup <= n.t; i += kGroup) SoftmaxRows<kGroup>(n.t, i, scale, p);
+      for (; i < n.t; ++i) SoftmaxRows<1>(n.t, i, scale, p);
       TimesHead(n, p, /*transposed=*/false, vp + base, out + base);  // O = P V
     }
   }
@@ -161,13 +217,10 @@ AttentionGrads CausalAttentionBackward(const Tensor& dout, const Tensor& q, cons
       const float* p = pp + bh * n.t * n.t;
       TransposeHead(n, vp + base, vt.data());
       ScoresToDiagonal(n, dop + base, vt.data(), ds.data());  // dP, into ds
-      for (int64_t i = 0; i < n.t; ++i) {
-        const float* pi = p + i * n.t;
-        float* dsi = ds.data() + i * n.t;
-        float dot = 0;
-        for (int64_t j = 0; j <= i; ++j) dot += pi[j] * dsi[j];
-        for (int64_t j = 0; j <= i; ++j) dsi[j] = pi[j] * (dsi[j] - dot) * scale;
-      }
+      int64_t i = 0;
+      for (; i + kGroup <= n.t; i += kGroup)
+        SoftmaxBackwardRows<kGroup>(n.t, i, scale, p, ds.data());
+      for (; i < n.t; ++i) SoftmaxBackwardRows<1>(n.t, i, scale, p, ds.data());
       TimesHead(n, ds.data(), /*transposed=*/false, kp + base, dq + base);  // dQ = dS K
       TimesHead(n, ds.data(), /*transposed=*/true, qp + base, dk + base);   // dK = dS^T Q
       TimesHead(n, p, /*transposed=*/true, dop + base, dv + base);          // dV = P^T dO
