@@ -51,6 +51,8 @@ constexpr int64_t kBudgetBytes = 1 << 20;
 // Packs of at most this much a thread (its rows of A, and all of B) are written inside the
 // compute region with ordinary stores (RunBf16Gemm); larger ones first, streamed.
 constexpr int64_t kInRegionBytes = 1 << 20;
+// The largest B that each thread of a split-rows GEMM packs for itself (RunBf16Gemm).
+constexpr int64_t kPrivateBBytes = 512 << 10;
 
 struct alignas(64) TileConfig {
   uint8_t palette_id = 1;
@@ -836,6 +838,13 @@ void RunBf16Gemm(const GemmProblem& p, std::vector<uint8_t>& skipped) {
   const int64_t b_bytes = cols_pad * kbs * 32 * static_cast<int64_t>(sizeof(uint16_t));
   const bool in_region = split_rows ? a_bytes / p.threads + b_bytes <= kInRegionBytes
                                     : p.threads == 1 && a_bytes <= kInRegionBytes;
+  // There each thread packs all of B for itself when its copy is small, rather than a share
+  // of one pack that every thread then reads: a shared pack's lines, read by the other
+  // thread, are in its cache when the next call writes them again, and every store then
+  // waits for them (a 128 x 128 wgrad over 1024 tokens: its B pack took six times as long
+  // on two threads as on one, and two threads ran it 1.1x as fast as one). A thread's own A
+  // rows and B need no barrier.
+  const bool private_b = split_rows && in_region && b_bytes <= kPrivateBBytes;
   const Bf16Table& a_table = Bf16TableOf(p.a.format);
   const bool a_pairs = Kernel::kAPairs && p.a.contract_rows;
   Tensor a_pack = in_region ? EmptyTiles(rows_pad / 16, kbs)
@@ -847,10 +856,11 @@ void RunBf16Gemm(const GemmProblem& p, std::vector<uint8_t>& skipped) {
   const bool rounds_bf16 = Kernel::kRoundsBf16 && p.bf16_out != nullptr;
   if (rounds_bf16) p.bf16_out->written = true;
   const Bf16Table& b_table = Bf16TableOf(p.b.format);
-  Tensor b_pack = !split_rows ? Tensor()
-                  : in_region ? EmptyTiles(cols_pad / 16, kbs)
-                              : PackB(p.b, b_table, cols_pad, kbs, p.threads);
-  uint16_t* const b_dst = split_rows && in_region ? b_pack.mutable_data<uint16_t>() : nullptr;
+  Tensor b_pack = !split_rows || private_b ? Tensor()
+                  : in_region              ? EmptyTiles(cols_pad / 16, kbs)
+                                           : PackB(p.b, b_table, cols_pad, kbs, p.threads);
+  uint16_t* const b_dst =
+      split_rows && in_region && !private_b ? b_pack.mutable_data<uint16_t>() : nullptr;
 
 #pragma omp parallel num_threads(p.threads)
   {
@@ -862,6 +872,11 @@ void RunBf16Gemm(const GemmProblem& p, std::vector<uint8_t>& skipped) {
       item_pack = EmptyTiles(2 * column_panels, kbs);
       MXTRAIN_DCHECK(reinterpret_cast<uintptr_t>(item_pack.raw()) % 64 == 0);
     }
+    Tensor own_b;  // all of B, this thread's copy (private_b)
+    if (private_b) own_b = EmptyTiles(cols_pad / 16, kbs);
+    const uint16_t* const shared_b = private_b
+                                         ? own_b.const_data<uint16_t>()
+                                         : (split_rows ? b_pack.const_data<uint16_t>() : nullptr);
     // C blocks of rows [pi_begin, pi_end) x column item `item`, over the K chunks
     // [chunk0, chunk1) (of kChunkBlocks K blocks each).
     const auto run = [&](int64_t item, int64_t pi_begin, int64_t pi_end, int64_t chunk0,
@@ -869,8 +884,7 @@ void RunBf16Gemm(const GemmProblem& p, std::vector<uint8_t>& skipped) {
       const int64_t pj0 = item * column_panels;
       const int64_t pj1 = std::min(panels_j, pj0 + column_panels);
       // B tiles of panel pj: from the whole pack, or from this item's.
-      const uint16_t* b =
-          split_rows ? b_pack.const_data<uint16_t>() : item_pack.const_data<uint16_t>();
+      const uint16_t* b = split_rows ? shared_b : item_pack.const_data<uint16_t>();
       const int64_t pj_base = split_rows ? 0 : pj0;
       if (!split_rows) {  // items packed at use run all their chunks at once
         PackBPairs<false>(p.b, b_table, pj0, pj1, 0, kbs, kbs, item_pack.mutable_data<uint16_t>());
@@ -933,8 +947,13 @@ void RunBf16Gemm(const GemmProblem& p, std::vector<uint8_t>& skipped) {
         const int64_t t = omp_get_thread_num();
         PackARowsCached(p.a, a_table, 2 * (panels_i * t / team), 2 * (panels_i * (t + 1) / team),
                         kbs, a_pairs, a_dst);
-        PackBShare<false>(p.b, b_table, cols_pad, kbs, b_dst);
+        if (private_b) {
+          PackBPairs<false>(p.b, b_table, 0, cols_pad / 32, 0, kbs, kbs,
+                            own_b.mutable_data<uint16_t>());
+        } else {
+          PackBShare<false>(p.b, b_table, cols_pad, kbs, b_dst);
 #pragma omp barrier
+        }
       } else {  // a team of one
         PackARowsCached(p.a, a_table, 0, rows_pad / 16, kbs, a_pairs, a_dst);
       }
