@@ -193,6 +193,36 @@ TEST(Gemm, WholeOperandScaleRangeAgreesWithEveryTile) {
   EXPECT_GE(not_all_safe, 6);
 }
 
+// An all-zero MX block takes scale byte 0 (NUMERICS.md) without making its row or column
+// unsafe, so the fast paths decode it beside normal blocks: a columnwise K step whose vector
+// of scale bytes holds a 0 among normal ones must still decode the normal lanes. Columns
+// (and rows) with a zero block here and there, in every training layout, against the
+// oracle.
+TEST_P(GemmPerPath, ZeroBlocksBesideNormalOnes) {
+  const int64_t m = 70, n = 53, k = 96;
+  std::vector<float> x = RandomValues(m * k, 4100, -3, 3), w = RandomValues(n * k, 4101, -3, 3),
+                     dy = RandomValues(m * n, 4102, -3, 3);
+  // x [m, k]: rowwise blocks of rows 5 and 40 (K 32..63) and columnwise blocks of columns
+  // 3 and 17 (M 32..63) zero; w [n, k] and dy [m, n] alike.
+  const auto zero = [](std::vector<float>& v, int64_t cols, int64_t r0, int64_t r1, int64_t c0,
+                       int64_t c1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      for (int64_t c = c0; c < c1; ++c) v[r * cols + c] = 0.0f;
+    }
+  };
+  for (const int64_t r : {5, 40}) zero(x, k, r, r + 1, 32, 64);
+  for (const int64_t c : {3, 17}) zero(x, k, 32, 64, c, c + 1);
+  for (const int64_t r : {2, 30}) zero(w, k, r, r + 1, 0, 32);
+  for (const int64_t c : {7, 50}) zero(w, k, 32, 53, c, c + 1);
+  for (const int64_t r : {9, 61}) zero(dy, n, r, r + 1, 0, 32);
+  for (const int64_t c : {1, 44}) zero(dy, n, 32, 64, c, c + 1);
+  const Operands o = testing_util::QuantizeTrainingOperands(
+      MakeF32({m, k}, x), MakeF32({n, k}, w), MakeF32({m, n}, dy), ElementFormat::kE4M3);
+  testing_util::BoundOracle(o.x_row, o.w_row).Check(MxGemm(o.x_row, o.w_row), "fprop");
+  testing_util::BoundOracle(o.dy_row, o.w_col).Check(MxGemm(o.dy_row, o.w_col), "dgrad");
+  testing_util::BoundOracle(o.dy_col, o.x_col).Check(MxGemm(o.dy_col, o.x_col), "wgrad");
+}
+
 TEST_P(GemmPerPath, NaNBlocksPropagate) {
   std::vector<float> v = RandomValues(40 * 96, 21, -1, 1);
   v[7 * 96 + 40] = NAN;  // row 7, block 1
