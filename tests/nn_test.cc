@@ -191,8 +191,11 @@ TEST(NnAttention, BitsAreThePlainLoops) {
     const int64_t b = 2, h = 3, d = t == 64 ? 32 : 5, w = h * d;
     const Tensor q = Random({b * t, w}, 40 + t), k = Random({b * t, w}, 41 + t),
                  v = Random({b * t, w}, 42 + t), dout = Random({b * t, w}, 43 + t);
-    std::vector<float> out(b * t * w), dq(b * t * w), dk(b * t * w), dv(b * t * w);
-    std::vector<float> probs(b * h * t * t, 0.0f);
+    const Tensor out = Tensor::Zeros(DType::kF32, {b * t, w}),
+                 dq = Tensor::Zeros(DType::kF32, {b * t, w}),
+                 dk = Tensor::Zeros(DType::kF32, {b * t, w}),
+                 dv = Tensor::Zeros(DType::kF32, {b * t, w}),
+                 probs = Tensor::Zeros(DType::kF32, {b, h, t, t});
     const float* Q = q.data<float>();
     const float* K = k.data<float>();
     const float* V = v.data<float>();
@@ -201,7 +204,7 @@ TEST(NnAttention, BitsAreThePlainLoops) {
     for (int64_t bb = 0; bb < b; ++bb) {
       for (int64_t hh = 0; hh < h; ++hh) {
         const auto at = [&](int64_t row, int64_t c) { return (bb * t + row) * w + hh * d + c; };
-        float* P = probs.data() + (bb * h + hh) * t * t;
+        float* P = probs.data<float>() + (bb * h + hh) * t * t;
         std::vector<float> dS(t * t, 0.0f);
         for (int64_t i = 0; i < t; ++i) {
           float mx = -INFINITY;
@@ -218,7 +221,7 @@ TEST(NnAttention, BitsAreThePlainLoops) {
           for (int64_t c = 0; c < d; ++c) {
             float o = 0;
             for (int64_t j = 0; j <= i; ++j) o += P[i * t + j] * V[at(j, c)];
-            out[at(i, c)] = o;
+            out.data<float>()[at(i, c)] = o;
           }
           float dot = 0;
           for (int64_t j = 0; j <= i; ++j) {
@@ -237,26 +240,22 @@ TEST(NnAttention, BitsAreThePlainLoops) {
             for (int64_t j = 0; j <= i; ++j) sq += dS[i * t + j] * K[at(j, c)];
             for (int64_t r = i; r < t; ++r) sk += dS[r * t + i] * Q[at(r, c)];
             for (int64_t r = i; r < t; ++r) sv += P[r * t + i] * dO[at(r, c)];
-            dq[at(i, c)] = sq;
-            dk[at(i, c)] = sk;
-            dv[at(i, c)] = sv;
+            dq.data<float>()[at(i, c)] = sq;
+            dk.data<float>()[at(i, c)] = sk;
+            dv.data<float>()[at(i, c)] = sv;
           }
         }
       }
     }
-    const auto same = [](const Tensor& got, const std::vector<float>& want) {
-      return got.NumBytes() == want.size() * sizeof(float) &&
-             std::memcmp(got.raw(), want.data(), got.NumBytes()) == 0;
-    };
     for (const int threads : {1, 2}) {
       const nn::AttentionOut o = nn::CausalAttentionForward(q, k, v, b, h, threads);
-      EXPECT_TRUE(same(o.out, out)) << "out, T " << t << ", threads " << threads;
-      EXPECT_TRUE(same(o.probs, probs)) << "P, T " << t << ", threads " << threads;
+      EXPECT_TRUE(SameBytes(o.out, out)) << "out, T " << t << ", threads " << threads;
+      EXPECT_TRUE(SameBytes(o.probs, probs)) << "P, T " << t << ", threads " << threads;
       const nn::AttentionGrads g =
           nn::CausalAttentionBackward(dout, q, k, v, o.probs, b, h, threads);
-      EXPECT_TRUE(same(g.dq, dq)) << "dq, T " << t << ", threads " << threads;
-      EXPECT_TRUE(same(g.dk, dk)) << "dk, T " << t << ", threads " << threads;
-      EXPECT_TRUE(same(g.dv, dv)) << "dv, T " << t << ", threads " << threads;
+      EXPECT_TRUE(SameBytes(g.dq, dq)) << "dq, T " << t << ", threads " << threads;
+      EXPECT_TRUE(SameBytes(g.dk, dk)) << "dk, T " << t << ", threads " << threads;
+      EXPECT_TRUE(SameBytes(g.dv, dv)) << "dv, T " << t << ", threads " << threads;
     }
   }
 }
