@@ -249,50 +249,10 @@ HWY_INLINE bool DecodeTimes(const uint8_t* HWY_RESTRICT codes, V factor, float* 
   return true;
 }
 
-// Lanes() codes and their scale bytes to fp32 with the scale folded in (ScaleFactors, then
-// DecodeTimes); false, and nothing stored, where either declines.
-template <ElementFormat kFormat>
-HWY_INLINE bool DecodeScaled(const uint8_t* HWY_RESTRICT codes, const uint8_t* HWY_RESTRICT scales,
-                             float* HWY_RESTRICT out) {
-  V factor;
-  return ScaleFactors(scales, factor) && DecodeTimes<kFormat>(codes, factor, out);
-}
-
-// count values of one K step of a columnwise operand (codes and their scale bytes
-// contiguous): vectors until a lane needs the tables, the tables for the rest.
-template <ElementFormat kFormat>
-HWY_INLINE void DecodeRow(const uint8_t* codes, const uint8_t* scales, int64_t count,
-                          const DecodeTables& t, float* out) {
-  const int64_t n = static_cast<int64_t>(hn::Lanes(D()));
-  int64_t w = 0;
-  for (; w + n <= count; w += n) {
-    if (!DecodeScaled<kFormat>(codes + w, scales + w, out + w)) break;
-  }
-  for (; w < count; ++w) out[w] = t.value[codes[w]] * t.scale[scales[w]];
-}
-
-// count values of one K step of a columnwise operand straight into their micro-panels of
-// kPw columns (a multiple of the vector): value w at dst[(w / kPw) kPanelFloats + w % kPw].
-template <ElementFormat kFormat, int64_t kPw>
-HWY_INLINE void DecodeRowToPanels(const uint8_t* codes, const uint8_t* scales, int64_t count,
-                                  const DecodeTables& t, float* HWY_RESTRICT dst) {
-  const int64_t n = static_cast<int64_t>(hn::Lanes(D()));
-  MXTRAIN_DCHECK(kPw % n == 0);
-  int64_t w = 0;
-  for (; w + n <= count; w += n) {
-    float* out = dst + (w / kPw) * kPanelFloats<kPw> + w % kPw;
-    if (!DecodeScaled<kFormat>(codes + w, scales + w, out)) {
-      for (int64_t i = 0; i < n; ++i) out[i] = t.value[codes[w + i]] * t.scale[scales[w + i]];
-    }
-  }
-  for (; w < count; ++w) {
-    dst[(w / kPw) * kPanelFloats<kPw> + w % kPw] = t.value[codes[w]] * t.scale[scales[w]];
-  }
-}
-
 // Vectors that cover a panel's kPw values of one K step (the last one runs SpillFloats floats
-// past them), and the floats PackColumnwise needs in `step` for `panels` panels: one K
-// step of them, and their scale factors (a vector each) for the current MX block.
+// past them), and the floats PackColumnwise needs in `step` for `panels` panels: a scale
+// factor vector for each of those vectors in the current MX block, and a byte each saying
+// whether it holds (no scale byte 0 or 255 among its lanes).
 constexpr int64_t kMaxLanes = static_cast<int64_t>(hn::MaxLanes(D()));
 template <int64_t kPw>
 constexpr int64_t kStepVecs = (kPw + kMaxLanes - 1) / kMaxLanes;
@@ -302,19 +262,21 @@ constexpr int64_t SpillFloats() {
 }
 template <int64_t kPw>
 constexpr int64_t ColumnwiseStepFloats(int64_t panels) {
-  return panels * (kPw + kMaxLanes * kStepVecs<kPw>);
+  return panels * kStepVecs<kPw> * (kMaxLanes + 1);
 }
 
-// One K step of panels [0, fast) of PackColumnwise's fast path: each panel's kPw values
-// from kStepVecs whole vectors of codes at its first column, with the block's factors
-// (`factors`, a vector per panel and vector, all ScaleFactors-normal), stored straight into
-// the panel; the last vector's SpillFloats land on the first of the panel's next K
-// step, which is written after it (after the last K step, in the panel's pad). A panel
-// whose vector DecodeTimes declines takes the tables.
-template <ElementFormat kFormat, int64_t kPw>
+// One K step of panels [0, fast) of a columnwise operand: each panel's kPw values from
+// kStepVecs whole vectors of codes at its first column, with the block's factors
+// (`factors`, a vector per panel and vector; with kCheckHolds, `holds` says which are
+// ScaleFactors-normal, else all are), stored straight into the panel; the last vector's SpillFloats
+// land on the first of the panel's next K step, which is written after it (after the last K step,
+// in the panel's pad). A panel with a factor that does not hold, or a vector DecodeTimes declines,
+// takes the tables.
+template <ElementFormat kFormat, int64_t kPw, bool kCheckHolds>
 HWY_INLINE void DecodeStepToPanels(const uint8_t* HWY_RESTRICT codes,
                                    const uint8_t* HWY_RESTRICT scales,
-                                   const float* HWY_RESTRICT factors, int64_t fast,
+                                   const float* HWY_RESTRICT factors,
+                                   const uint8_t* HWY_RESTRICT holds, int64_t fast,
                                    const DecodeTables& t, float* HWY_RESTRICT dst_k) {
   const D d;
   const int64_t n = static_cast<int64_t>(hn::Lanes(d));
@@ -322,8 +284,10 @@ HWY_INLINE void DecodeStepToPanels(const uint8_t* HWY_RESTRICT codes,
     float* out = dst_k + p * kPanelFloats<kPw>;
     const uint8_t* c = codes + p * kPw;
     for (int64_t j = 0; j < kStepVecs<kPw>; ++j) {
-      const V factor = hn::LoadU(d, factors + (p * kStepVecs<kPw> + j) * n);
-      if (HWY_UNLIKELY(!DecodeTimes<kFormat>(c + j * n, factor, out + j * n))) {
+      const int64_t v = p * kStepVecs<kPw> + j;
+      if (HWY_UNLIKELY(
+              (kCheckHolds && !holds[v]) ||
+              !DecodeTimes<kFormat>(c + j * n, hn::LoadU(d, factors + v * n), out + j * n))) {
         const uint8_t* sc = scales + p * kPw;
         for (int64_t i = 0; i < kPw; ++i) out[i] = t.value[c[i]] * t.scale[sc[i]];
         break;
@@ -336,14 +300,12 @@ HWY_INLINE void DecodeStepToPanels(const uint8_t* HWY_RESTRICT codes,
 // K [k0, k0 + kc), each as dst[p kPanelFloats + k kPw + i] (the layout of PackPanel, below),
 // K step by K step: each step's codes of all the panels are one run of a storage row, read
 // once and in order, where a panel at a time crossed kc rows per panel, one line each.
-// The fast path, for MX blocks whose scale bytes are all normal (1..254): each panel's
-// values decoded from whole vectors at its first column straight into place
-// (DecodeStepToPanels), the factors worked out once per block, not per K step; the
-// panels whose vectors would read past the operand's row from the tables. Blocks with
-// other scale bytes take the general path: vectors where the panels are a whole number of
-// them wide, else a decode into `row` and a copy per panel (which, read back across the
-// vectors' stores, stalled on store forwarding). `step`: ColumnwiseStepFloats(panels).
-// Rows past op.free and K past op.s are zero.
+// Each MX block's scale factors are worked out once (32 K steps), and each panel's values
+// are decoded from whole vectors at its first column straight into place
+// (DecodeStepToPanels); the panels whose vectors would read past the operand's row take
+// the tables. (A's 6- and 14-wide panels had gone through a row buffer and a copy each,
+// whose loads, straddling the decode's vector stores, stalled on store forwarding.)
+// `step`: ColumnwiseStepFloats(panels). Rows past op.free and K past op.s are zero.
 template <int64_t kPw>
 void PackColumnwise(const GemmOperand& op, const DecodeTables& t, int64_t f0, int64_t panels,
                     int64_t k0, int64_t kc, float* HWY_RESTRICT dst, float* HWY_RESTRICT step) {
@@ -353,72 +315,58 @@ void PackColumnwise(const GemmOperand& op, const DecodeTables& t, int64_t f0, in
                 "a spill stays inside the next K step's values or the panel's pad");
   const D d;
   const int64_t n = static_cast<int64_t>(hn::Lanes(d));
-  constexpr bool kDirect = kPw % static_cast<int64_t>(hn::MaxLanes(D())) == 0;
   const int64_t k_end = std::min(kc, op.s - k0);
   const int64_t span = std::min(panels * kPw, op.free - f0);
   // Panels whose vectors stay inside the row: f0 + p kPw + kStepVecs n <= op.free.
   const int64_t reach = op.free - f0 - kStepVecs<kPw> * n;
   const int64_t fast = reach < 0 ? 0 : std::min(panels, reach / kPw + 1);
-  float* row = step;
-  float* factors = step + panels * kPw;
-  std::fill(row + span, row + panels * kPw, 0.0f);
-  bool fast_block = false;
+  float* factors = step;
+  uint8_t* holds = reinterpret_cast<uint8_t*>(step + panels * kStepVecs<kPw> * n);
+  bool all_hold = true;
   for (int64_t k = 0; k < kc; ++k) {
     float* dst_k = dst + k * kPw;
-    if (k < k_end) {
-      const uint8_t* codes = op.data + (k0 + k) * op.free + f0;
-      const uint8_t* scales = op.scales + ((k0 + k) / kMxBlock) * op.free + f0;
-      if (k + kAhead < k_end) {
-        for (int64_t l = 0; l < span; l += 64) hwy::Prefetch(codes + kAhead * op.free + l);
+    if (k >= k_end) {
+      for (int64_t p = 0; p < panels; ++p) {
+        std::fill(dst_k + p * kPanelFloats<kPw>, dst_k + p * kPanelFloats<kPw> + kPw, 0.0f);
       }
-      if ((k0 + k + kAhead) % kMxBlock == 0 && k + kAhead < k_end) {  // the next scale row
-        for (int64_t l = 0; l < span; l += 64) hwy::Prefetch(scales + op.free + l);
-      }
-      if (k % kMxBlock == 0) {  // a new block (k0 is a block's first K step)
-        fast_block = fast > 0;
-        for (int64_t p = 0; p < fast; ++p) {
-          for (int64_t j = 0; j < kStepVecs<kPw>; ++j) {
-            V factor = hn::Zero(d);
-            fast_block &= ScaleFactors(scales + p * kPw + j * n, factor);
-            hn::StoreU(factor, d, factors + (p * kStepVecs<kPw> + j) * n);
-          }
-        }
-      }
-      if (fast_block) {
-        if (op.format == ElementFormat::kE4M3) {
-          DecodeStepToPanels<ElementFormat::kE4M3, kPw>(codes, scales, factors, fast, t, dst_k);
-        } else {
-          DecodeStepToPanels<ElementFormat::kE5M2, kPw>(codes, scales, factors, fast, t, dst_k);
-        }
-        // The panels past `fast`: their columns inside the row from the tables, the rest 0.
-        for (int64_t w = fast * kPw; w < panels * kPw; ++w) {
-          dst_k[(w / kPw) * kPanelFloats<kPw> + w % kPw] =
-              w < span ? t.value[codes[w]] * t.scale[scales[w]] : 0.0f;
-        }
-        continue;
-      }
-      if constexpr (kDirect) {
-        if (op.format == ElementFormat::kE4M3) {
-          DecodeRowToPanels<ElementFormat::kE4M3, kPw>(codes, scales, span, t, dst_k);
-        } else {
-          DecodeRowToPanels<ElementFormat::kE5M2, kPw>(codes, scales, span, t, dst_k);
-        }
-        // The last panel's columns past op.free.
-        for (int64_t w = span; w < panels * kPw; ++w) {
-          dst_k[(w / kPw) * kPanelFloats<kPw> + w % kPw] = 0.0f;
-        }
-        continue;
-      }
-      if (op.format == ElementFormat::kE4M3) {
-        DecodeRow<ElementFormat::kE4M3>(codes, scales, span, t, row);
-      } else {
-        DecodeRow<ElementFormat::kE5M2>(codes, scales, span, t, row);
-      }
-    } else {
-      std::fill(row, row + span, 0.0f);
+      continue;
     }
-    for (int64_t p = 0; p < panels; ++p) {
-      std::memcpy(dst_k + p * kPanelFloats<kPw>, row + p * kPw, kPw * sizeof(float));
+    const uint8_t* codes = op.data + (k0 + k) * op.free + f0;
+    const uint8_t* scales = op.scales + ((k0 + k) / kMxBlock) * op.free + f0;
+    if (k + kAhead < k_end) {
+      for (int64_t l = 0; l < span; l += 64) hwy::Prefetch(codes + kAhead * op.free + l);
+    }
+    if ((k0 + k + kAhead) % kMxBlock == 0 && k + kAhead < k_end) {  // the next scale row
+      for (int64_t l = 0; l < span; l += 64) hwy::Prefetch(scales + op.free + l);
+    }
+    if (k % kMxBlock == 0) {  // a new block (k0 is a block's first K step)
+      all_hold = true;
+      for (int64_t v = 0; v < fast * kStepVecs<kPw>; ++v) {
+        const int64_t p = v / kStepVecs<kPw>, j = v % kStepVecs<kPw>;
+        V factor = hn::Zero(d);
+        holds[v] = ScaleFactors(scales + p * kPw + j * n, factor);
+        all_hold &= holds[v] != 0;
+        hn::StoreU(factor, d, factors + v * n);
+      }
+    }
+    const bool e4m3 = op.format == ElementFormat::kE4M3;
+    if (e4m3 && all_hold) {
+      DecodeStepToPanels<ElementFormat::kE4M3, kPw, false>(codes, scales, factors, holds, fast, t,
+                                                           dst_k);
+    } else if (e4m3) {
+      DecodeStepToPanels<ElementFormat::kE4M3, kPw, true>(codes, scales, factors, holds, fast, t,
+                                                          dst_k);
+    } else if (all_hold) {
+      DecodeStepToPanels<ElementFormat::kE5M2, kPw, false>(codes, scales, factors, holds, fast, t,
+                                                           dst_k);
+    } else {
+      DecodeStepToPanels<ElementFormat::kE5M2, kPw, true>(codes, scales, factors, holds, fast, t,
+                                                          dst_k);
+    }
+    // The panels past `fast`: their columns inside the row from the tables, the rest 0.
+    for (int64_t w = fast * kPw; w < panels * kPw; ++w) {
+      dst_k[(w / kPw) * kPanelFloats<kPw> + w % kPw] =
+          w < span ? t.value[codes[w]] * t.scale[scales[w]] : 0.0f;
     }
   }
 }
