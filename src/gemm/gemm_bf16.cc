@@ -872,11 +872,11 @@ void RunBf16Gemm(const GemmProblem& p, std::vector<uint8_t>& skipped) {
       item_pack = EmptyTiles(2 * column_panels, kbs);
       MXTRAIN_DCHECK(reinterpret_cast<uintptr_t>(item_pack.raw()) % 64 == 0);
     }
-    Tensor own_b;  // all of B, this thread's copy (private_b)
+    Tensor own_b;  // all of B, this thread's copy (private_b); whole_b: the B every item reads
     if (private_b) own_b = EmptyTiles(cols_pad / 16, kbs);
-    const uint16_t* const shared_b = private_b
-                                         ? own_b.const_data<uint16_t>()
-                                         : (split_rows ? b_pack.const_data<uint16_t>() : nullptr);
+    const uint16_t* const whole_b = private_b
+                                        ? own_b.const_data<uint16_t>()
+                                        : (split_rows ? b_pack.const_data<uint16_t>() : nullptr);
     // C blocks of rows [pi_begin, pi_end) x column item `item`, over the K chunks
     // [chunk0, chunk1) (of kChunkBlocks K blocks each).
     const auto run = [&](int64_t item, int64_t pi_begin, int64_t pi_end, int64_t chunk0,
@@ -884,7 +884,7 @@ void RunBf16Gemm(const GemmProblem& p, std::vector<uint8_t>& skipped) {
       const int64_t pj0 = item * column_panels;
       const int64_t pj1 = std::min(panels_j, pj0 + column_panels);
       // B tiles of panel pj: from the whole pack, or from this item's.
-      const uint16_t* b = split_rows ? shared_b : item_pack.const_data<uint16_t>();
+      const uint16_t* b = split_rows ? whole_b : item_pack.const_data<uint16_t>();
       const int64_t pj_base = split_rows ? 0 : pj0;
       if (!split_rows) {  // items packed at use run all their chunks at once
         PackBPairs<false>(p.b, b_table, pj0, pj1, 0, kbs, kbs, item_pack.mutable_data<uint16_t>());
