@@ -142,7 +142,7 @@ int RunGemmBench(const ParsedArgs& args) {
   }
   MXTRAIN_CHECK(!cases.empty(), "--case '", args.Get("case"),
                 "' names no gemm case (mxtrain bench --list shows them)");
-  if (args.Has("path")) ForceGemmPath(args.Get("path"));
+  if (args.Has("path")) ForceGemmPathFlag(args.Get("path"));
   if (args.Has("baseline")) {
     // The baseline is the high-precision GEMM's route for bf16 values (GemmBaselineRoute):
     // forcing onednn-f32 gives oneDNN's f32 matmul on the same values.

@@ -4,7 +4,6 @@
 //
 // The command only parses, checks what it can name by file (ranks, dtypes, shapes) before
 // any work, and calls the library; the library's own checks stay the authority.
-#include <algorithm>
 #include <cstdio>
 #include <initializer_list>
 #include <optional>
@@ -18,7 +17,6 @@
 #include "mxtrain/group_list.h"
 #include "mxtrain/npy.h"
 #include "mxtrain/quantize.h"
-#include "mxtrain/testing.h"
 
 namespace mxtrain::cli {
 namespace {
@@ -57,16 +55,10 @@ constexpr char kGroupedGemmUsage[] =
 // More threads than this is a typo, not a machine.
 constexpr int64_t kMaxThreads = 1024;
 
-std::string JoinedPaths() {
-  std::string joined;
-  for (const std::string& p : AvailableGemmPaths()) joined += (joined.empty() ? "" : ", ") + p;
-  return joined;
-}
-
 // The usage text, then the paths of this machine (they depend on the CPU).
 int PrintUsage(const char* usage) {
   std::fputs(usage, stdout);
-  std::printf("  GEMM paths on this machine, best first: %s\n", JoinedPaths().c_str());
+  std::printf("  GEMM paths on this machine, best first: %s\n", JoinedGemmPaths().c_str());
   return 0;
 }
 
@@ -105,14 +97,7 @@ CommonOptions ParseCommon(const ParsedArgs& args, std::string_view first_flag,
                 c.out_dtype_text, "' is not f32 or bf16");
   c.gemm.out_dtype = c.out_dtype_text == "f32" ? DType::kF32 : DType::kBF16;
   c.gemm.threads = threads;
-  if (args.Has("path")) {
-    // Checked here as well as by ForceGemmPath so that the message lists the choices.
-    const std::string path = args.Get("path");
-    const std::vector<std::string> paths = AvailableGemmPaths();
-    MXTRAIN_CHECK(std::find(paths.begin(), paths.end(), path) != paths.end(), "--path value '",
-                  path, "' is not a GEMM path of this machine (", JoinedPaths(), ")");
-    ForceGemmPath(path);
-  }
+  if (args.Has("path")) ForceGemmPathFlag(args.Get("path"));
   return c;
 }
 

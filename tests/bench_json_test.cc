@@ -269,6 +269,17 @@ TEST_F(BenchJsonTest, GemmBaselineFlagPicksTheMatmul) {
   }
 }
 
+// --path takes the paths of AvailableGemmPaths() only: the tests' model of AMX (testing.h)
+// is timed by no benchmark.
+TEST_F(BenchJsonTest, GemmPathFlagTakesOnlyTheMachinesPaths) {
+  const testing_util::RunResult r =
+      Run({"bench", "gemm", "--case", "smoke_fprop", "--path", "amx-bf16-emulated"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("--path value 'amx-bf16-emulated' is not a GEMM path"), std::string::npos)
+      << r.err;
+  EXPECT_EQ(r.out, "");
+}
+
 TEST_F(BenchJsonTest, OpsSmokeLinesHaveEveryKeyAndSaneFigures) {
   const std::vector<json> lines = RunLines({"bench", "ops", "--reps", "1", "--case", "smoke"});
   const std::set<std::string> keys{"case",

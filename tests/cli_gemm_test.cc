@@ -418,6 +418,9 @@ TEST_F(CliGemmTest, RejectsBadFlags) {
       {{"gemm", a, a, "--out", c, "--threads", "two"}, "not an integer"},
       {{"gemm", a, a, "--out", c, "--path", "cuda"},
        "--path value 'cuda' is not a GEMM path of this machine (" + AvailableGemmPaths()[0]},
+      // The tests' model of AMX (testing.h) is no user's path, on any machine.
+      {{"gemm", a, a, "--out", c, "--path", "amx-bf16-emulated"},
+       "--path value 'amx-bf16-emulated' is not a GEMM path of this machine"},
       {{"gemm", a, a, "--out", c, "--bias="}, "has an empty value"},
       {{"grouped-gemm", a, w, "--group-list", "8", "--out", c, "--format-a", "e5m2"},
        "unknown flag '--format-a' for 'mxtrain grouped-gemm'"},

@@ -61,7 +61,8 @@ class GemmPathTest : public ::testing::TestWithParam<std::string> {
                            ::testing::ValuesIn(::mxtrain::AvailableSimdTargets()), \
                            ::mxtrain::testing_util::InstanceName)
 
-// One instance of every TEST_P of `suite` per path of AvailableGemmPaths() (gemm.h).
-#define MXTRAIN_INSTANTIATE_PER_GEMM_PATH(suite)                                                   \
-  INSTANTIATE_TEST_SUITE_P(Available, suite, ::testing::ValuesIn(::mxtrain::AvailableGemmPaths()), \
+// One instance of every TEST_P of `suite` per path of TestableGemmPaths() (testing.h): the
+// paths of AvailableGemmPaths() (gemm.h) and the emulated AMX path where it runs.
+#define MXTRAIN_INSTANTIATE_PER_GEMM_PATH(suite)                                                  \
+  INSTANTIATE_TEST_SUITE_P(Available, suite, ::testing::ValuesIn(::mxtrain::TestableGemmPaths()), \
                            ::mxtrain::testing_util::InstanceName)

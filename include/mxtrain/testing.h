@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "mxtrain/format/element.h"
 
@@ -22,8 +23,15 @@ void ForceSimdTarget(const std::string& name);
 // Back to the best supported target.
 void ResetSimdTarget();
 
-// Runs every MX GEMM on one path from AvailableGemmPaths() (gemm.h); "" = the best one.
-// Throws Error for an unknown or unavailable name.
+// AvailableGemmPaths() (gemm.h), and "amx-bf16-emulated" where the CPU has AVX-512BW but
+// no AMX (and no cap excludes AMX): the AMX path's driver, packs and microkernel on a model
+// of the tile unit that follows Intel's description of each tile instruction, orders of
+// magnitude slower than the hardware. So the AMX code is tested on machines without AMX;
+// what it proves is the code's logic, not the hardware's timing or the model's fidelity.
+std::vector<std::string> TestableGemmPaths();
+
+// Runs every MX GEMM on one path from TestableGemmPaths(); "" = the best one. Throws Error
+// for an unknown or unavailable name.
 void ForceGemmPath(const std::string& name);
 
 // Runs every high-precision GEMM on one path from AvailableHpGemmPaths() (hp_gemm.h);

@@ -30,6 +30,13 @@ bool AmxAvailable() {
   return available;
 }
 
+bool AmxEmulationAvailable() {
+  static const bool available = SimdCapAllows(HWY_AVX3) && !AmxAvailable() &&
+                                __builtin_cpu_supports("avx512f") &&
+                                __builtin_cpu_supports("avx512bw");
+  return available;
+}
+
 bool Avx512Bf16Available() {
   // __builtin_cpu_supports also checks that the OS saves the zmm state (XCR0).
   static const bool available = SimdCapAllows(HWY_AVX3) && __builtin_cpu_supports("avx512f") &&

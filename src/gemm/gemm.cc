@@ -64,6 +64,7 @@ Tensor ResultBuffer(const Checked& c, const GemmOptions& o) {
 internal::GemmKernel ChooseKernel() {
   const std::string path = CurrentGemmPath();
   if (path == "amx-bf16") return &internal::GemmAmx;
+  if (path == "amx-bf16-emulated") return &internal::GemmAmxEmulated;
   if (path == "avx512-bf16") return &internal::GemmAvx512Bf16;
   if (path == "simd-f32") return &internal::GemmSimd;
   return &internal::GemmPortable;
@@ -215,32 +216,53 @@ std::vector<uint8_t> PlanBlocks(const GemmProblem& p, int64_t block_rows, int64_
 
 }  // namespace internal
 
-std::vector<std::string> AvailableGemmPaths() {
-  // Best first. MXTRAIN_MAX_GEMM_PATH=NAME (read once) drops the paths better than NAME,
-  // and a SIMD cap below AVX-512 (simd.h) the two that need it (gemm/amx.h): so a process
-  // can behave as on a CPU without AMX or without bf16 dot products.
-  static constexpr std::array<const char*, 4> kOrder{"amx-bf16", "avx512-bf16", "simd-f32",
-                                                     "portable"};
+namespace {
+
+constexpr std::array<const char*, 4> kGemmPathOrder{"amx-bf16", "avx512-bf16", "simd-f32",
+                                                    "portable"};
+
+// The index in kGemmPathOrder of the best path MXTRAIN_MAX_GEMM_PATH (read once) allows.
+size_t FirstAllowedGemmPath() {
   static const size_t first = [] {
     const char* env = std::getenv("MXTRAIN_MAX_GEMM_PATH");
     if (env == nullptr || *env == '\0') return size_t{0};
-    for (size_t i = 0; i < kOrder.size(); ++i) {
-      if (std::string(env) == kOrder[i]) return i;
+    for (size_t i = 0; i < kGemmPathOrder.size(); ++i) {
+      if (std::string(env) == kGemmPathOrder[i]) return i;
     }
     Fail("MXTRAIN_MAX_GEMM_PATH='", env,
          "' names no GEMM path (amx-bf16, avx512-bf16, simd-f32, portable)");
   }();
+  return first;
+}
+
+}  // namespace
+
+std::vector<std::string> AvailableGemmPaths() {
+  // Best first. MXTRAIN_MAX_GEMM_PATH=NAME drops the paths better than NAME, and a SIMD cap
+  // below AVX-512 (simd.h) the two that need it (gemm/amx.h): so a process can behave as on
+  // a CPU without AMX or without bf16 dot products.
+  const size_t first = FirstAllowedGemmPath();
   std::vector<std::string> paths;
-  if (first <= 0 && internal::AmxAvailable()) paths.push_back(kOrder[0]);
-  if (first <= 1 && internal::Avx512Bf16Available()) paths.push_back(kOrder[1]);
-  if (first <= 2) paths.push_back(kOrder[2]);
-  paths.push_back(kOrder[3]);
+  if (first <= 0 && internal::AmxAvailable()) paths.push_back(kGemmPathOrder[0]);
+  if (first <= 1 && internal::Avx512Bf16Available()) paths.push_back(kGemmPathOrder[1]);
+  if (first <= 2) paths.push_back(kGemmPathOrder[2]);
+  paths.push_back(kGemmPathOrder[3]);
+  return paths;
+}
+
+std::vector<std::string> TestableGemmPaths() {
+  std::vector<std::string> paths = AvailableGemmPaths();
+  // The AMX path on its tile unit's model stands in for AMX where the CPU has none, under
+  // the same caps.
+  if (FirstAllowedGemmPath() == 0 && internal::AmxEmulationAvailable()) {
+    paths.push_back("amx-bf16-emulated");
+  }
   return paths;
 }
 
 void ForceGemmPath(const std::string& name) {
   if (!name.empty()) {
-    const std::vector<std::string> paths = AvailableGemmPaths();
+    const std::vector<std::string> paths = TestableGemmPaths();
     MXTRAIN_CHECK(std::find(paths.begin(), paths.end(), name) != paths.end(),
                   "unknown or unavailable GEMM path '", name, "'");
   }

@@ -24,7 +24,10 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
+#include <cmath>
 #include <cstring>
+#include <limits>
 #include <type_traits>
 
 #include "convert.h"
@@ -62,17 +65,147 @@ struct alignas(64) TileConfig {
   uint8_t rows[16] = {};
 };
 
+// The tile unit AmxBlock runs on: the hardware's (AmxTiles), or a model of it in memory
+// (EmulatedAmxTiles) through which the "amx-bf16-emulated" path (testing.h) runs this
+// file's AMX driver, packs and microkernel on CPUs without AMX, so that they are tested
+// wherever AVX-512BW is. Tile numbers are template arguments: the intrinsics paste them
+// into the instruction's text, so each must reach them as a literal (MXTRAIN_TILE_CASES).
 // Tiles 0-3: C (fp32 16x16), 4-5: A (bf16 16x32), 6-7: B (bf16 16 pairs x 16 x 2).
-MXTRAIN_AMX void ConfigureTiles() {
-  TileConfig cfg;
-  for (int t = 0; t < 8; ++t) {
-    cfg.colsb[t] = 64;
-    cfg.rows[t] = 16;
+#define MXTRAIN_TILE_CASES(t, OP)      \
+  if constexpr ((t) == 0) {            \
+    OP(0);                             \
+  } else if constexpr ((t) == 1) {     \
+    OP(1);                             \
+  } else if constexpr ((t) == 2) {     \
+    OP(2);                             \
+  } else if constexpr ((t) == 3) {     \
+    OP(3);                             \
+  } else if constexpr ((t) == 4) {     \
+    OP(4);                             \
+  } else if constexpr ((t) == 5) {     \
+    OP(5);                             \
+  } else if constexpr ((t) == 6) {     \
+    OP(6);                             \
+  } else {                             \
+    static_assert((t) == 7, "tile 7"); \
+    OP(7);                             \
   }
-  // Inline ldtilecfg on the whole 64-byte struct: GCC 12's _tile_loadconfig is declared as
-  // reading 8 bytes, so at -O2 the stores that fill the struct can be dropped.
-  asm volatile("ldtilecfg %0" : : "m"(cfg));
-}
+
+struct AmxTiles {
+  // Every tile 16 rows of 64 bytes.
+  MXTRAIN_AMX static void Configure() {
+    TileConfig cfg;
+    for (int t = 0; t < 8; ++t) {
+      cfg.colsb[t] = 64;
+      cfg.rows[t] = 16;
+    }
+    // Inline ldtilecfg on the whole 64-byte struct: GCC 12's _tile_loadconfig is declared as
+    // reading 8 bytes, so at -O2 the stores that fill the struct can be dropped.
+    asm volatile("ldtilecfg %0" : : "m"(cfg));
+  }
+  MXTRAIN_AMX static void Release() { _tile_release(); }
+  template <int kT>
+  MXTRAIN_AMX static void Zero() {
+#define MXTRAIN_OP(n) _tile_zero(n)
+    MXTRAIN_TILE_CASES(kT, MXTRAIN_OP)
+#undef MXTRAIN_OP
+  }
+  template <int kT>
+  MXTRAIN_AMX static void Load(const void* base, int64_t stride) {
+#define MXTRAIN_OP(n) _tile_loadd(n, base, stride)
+    MXTRAIN_TILE_CASES(kT, MXTRAIN_OP)
+#undef MXTRAIN_OP
+  }
+  template <int kT>
+  MXTRAIN_AMX static void Store(void* base, int64_t stride) {
+#define MXTRAIN_OP(n) _tile_stored(n, base, stride)
+    MXTRAIN_TILE_CASES(kT, MXTRAIN_OP)
+#undef MXTRAIN_OP
+  }
+  // C tile kC += A tile kA . B tile kB (TDPBF16PS); AmxBlock's four combinations.
+  template <int kC, int kA, int kB>
+  MXTRAIN_AMX static void DotBf16() {
+    if constexpr (kC == 0 && kA == 4 && kB == 6) {
+      _tile_dpbf16ps(0, 4, 6);
+    } else if constexpr (kC == 1 && kA == 4 && kB == 7) {
+      _tile_dpbf16ps(1, 4, 7);
+    } else if constexpr (kC == 2 && kA == 5 && kB == 6) {
+      _tile_dpbf16ps(2, 5, 6);
+    } else {
+      static_assert(kC == 3 && kA == 5 && kB == 7, "a tile combination AmxBlock does not use");
+      _tile_dpbf16ps(3, 5, 7);
+    }
+  }
+};
+
+// AmxTiles' operations as the Intel SDM's pseudo-code describes them, on eight 1 KiB tiles
+// in memory (one set per thread), for the 16-row, 64-byte tiles that AmxTiles::Configure
+// sets up. TDPBF16PS: for each row m of C and pair k of A's row, C[m][n] += A[m][2k] *
+// B[k][2n], then += A[m][2k + 1] * B[k][2n + 1], in fp32 rounded to nearest even, with
+// subnormal inputs read as zero and subnormal results flushed (it ignores the MXCSR). The
+// operands the AMX path is given (exact-safe, operand.h) meet neither. Each use of a tile
+// outside Configure .. Release fails a check, as it would fault on the hardware.
+class EmulatedAmxTiles {
+ public:
+  static void Configure() { State().configured = true; }
+  static void Release() { State().configured = false; }
+  template <int kT>
+  static void Zero() {
+    std::memset(Tile(kT), 0, kTileBytes);
+  }
+  template <int kT>
+  static void Load(const void* base, int64_t stride) {
+    for (int r = 0; r < kRows; ++r) {
+      std::memcpy(Tile(kT) + r * kRowBytes, static_cast<const char*>(base) + r * stride, kRowBytes);
+    }
+  }
+  template <int kT>
+  static void Store(void* base, int64_t stride) {
+    for (int r = 0; r < kRows; ++r) {
+      std::memcpy(static_cast<char*>(base) + r * stride, Tile(kT) + r * kRowBytes, kRowBytes);
+    }
+  }
+  template <int kC, int kA, int kB>
+  static void DotBf16() {
+    static_assert(kC != kA && kC != kB);
+    float c[kRows][16];
+    uint16_t a[kRows][32], b[kRows][32];
+    std::memcpy(c, Tile(kC), kTileBytes);
+    std::memcpy(a, Tile(kA), kTileBytes);
+    std::memcpy(b, Tile(kB), kTileBytes);
+    for (int m = 0; m < kRows; ++m) {
+      for (int k = 0; k < 16; ++k) {
+        for (int n = 0; n < 16; ++n) {
+          c[m][n] = Flushed(c[m][n] + Flushed(Daz(a[m][2 * k]) * Daz(b[k][2 * n])));
+          c[m][n] = Flushed(c[m][n] + Flushed(Daz(a[m][2 * k + 1]) * Daz(b[k][2 * n + 1])));
+        }
+      }
+    }
+    std::memcpy(Tile(kC), c, kTileBytes);
+  }
+
+ private:
+  static constexpr int kRows = 16, kRowBytes = 64, kTileBytes = kRows * kRowBytes;
+  struct Tiles {
+    alignas(64) char bytes[8][kTileBytes];
+    bool configured = false;
+  };
+  static Tiles& State() {
+    thread_local Tiles tiles;
+    return tiles;
+  }
+  static char* Tile(int t) {
+    MXTRAIN_CHECK(State().configured, "AMX emulation: tile ", t, " used without a configuration");
+    return State().bytes[t];
+  }
+  static float Daz(uint16_t bf16) {
+    const uint32_t bits = (bf16 & 0x7F80) == 0 ? (bf16 & 0x8000u) << 16 : uint32_t{bf16} << 16;
+    return std::bit_cast<float>(bits);
+  }
+  static float Flushed(float x) {
+    return std::fabs(x) < std::numeric_limits<float>::min() ? std::copysign(0.0f, x) : x;
+  }
+};
 
 // bf16 bits of every element code, unscaled (E4M3 and E5M2 values are normal in bf16).
 // `finite_max`: the largest magnitude code of a finite value (E4M3 0x7E, E5M2 0x7B).
@@ -584,20 +717,21 @@ struct NextC {
 // over K blocks [kb0, kb1).
 // load_c: false when C is known to be zero (first K chunk, no accumulator): the tiles
 // start from zero instead of a load from memory.
+template <class Tiles>
 MXTRAIN_AMX void AmxBlock(const uint16_t* a, const uint16_t* b, int64_t kbs, int64_t kb0,
                           int64_t kb1, float* c, int64_t ldc, bool load_c, NextC next) {
   MXTRAIN_DCHECK(0 <= kb0 && kb0 < kb1 && kb1 <= kbs && ldc >= kBlockDim);
   const int64_t stride = ldc * static_cast<int64_t>(sizeof(float));
   if (load_c) {
-    _tile_loadd(0, c, stride);
-    _tile_loadd(1, c + 16, stride);
-    _tile_loadd(2, c + 16 * ldc, stride);
-    _tile_loadd(3, c + 16 * ldc + 16, stride);
+    Tiles::template Load<0>(c, stride);
+    Tiles::template Load<1>(c + 16, stride);
+    Tiles::template Load<2>(c + 16 * ldc, stride);
+    Tiles::template Load<3>(c + 16 * ldc + 16, stride);
   } else {
-    _tile_zero(0);
-    _tile_zero(1);
-    _tile_zero(2);
-    _tile_zero(3);
+    Tiles::template Zero<0>();
+    Tiles::template Zero<1>();
+    Tiles::template Zero<2>();
+    Tiles::template Zero<3>();
   }
   const uint16_t* a1 = a + kbs * kTileElems;
   const uint16_t* b1 = b + kbs * kTileElems;
@@ -620,22 +754,20 @@ MXTRAIN_AMX void AmxBlock(const uint16_t* a, const uint16_t* b, int64_t kbs, int
     // Loads interleaved with the products that need them, so that each load overlaps the
     // previous product (measured: 2.5 TFLOP/s per core from L1 against 0.7 when all four
     // tiles load first).
-    _tile_loadd(4, a + kb * kTileElems, 64);
-    _tile_loadd(6, b + kb * kTileElems, 64);
-    _tile_dpbf16ps(0, 4, 6);
-    _tile_loadd(7, b1 + kb * kTileElems, 64);
-    _tile_dpbf16ps(1, 4, 7);
-    _tile_loadd(5, a1 + kb * kTileElems, 64);
-    _tile_dpbf16ps(2, 5, 6);
-    _tile_dpbf16ps(3, 5, 7);
+    Tiles::template Load<4>(a + kb * kTileElems, 64);
+    Tiles::template Load<6>(b + kb * kTileElems, 64);
+    Tiles::template DotBf16<0, 4, 6>();
+    Tiles::template Load<7>(b1 + kb * kTileElems, 64);
+    Tiles::template DotBf16<1, 4, 7>();
+    Tiles::template Load<5>(a1 + kb * kTileElems, 64);
+    Tiles::template DotBf16<2, 5, 6>();
+    Tiles::template DotBf16<3, 5, 7>();
   }
-  _tile_stored(0, c, stride);
-  _tile_stored(1, c + 16, stride);
-  _tile_stored(2, c + 16 * ldc, stride);
-  _tile_stored(3, c + 16 * ldc + 16, stride);
+  Tiles::template Store<0>(c, stride);
+  Tiles::template Store<1>(c + 16, stride);
+  Tiles::template Store<2>(c + 16 * ldc, stride);
+  Tiles::template Store<3>(c + 16 * ldc + 16, stride);
 }
-
-MXTRAIN_AMX void ReleaseTiles() { _tile_release(); }
 
 // 16 fp32 lanes rounded to bf16 as F32ToBf16 rounds (nearest even; a NaN quieted, its sign
 // kept), narrowed to 16-bit lanes.
@@ -753,16 +885,17 @@ MXTRAIN_DPBF16 void DpBlock(const uint16_t* a, const uint16_t* b, int64_t kbs, i
 // kRoundsBf16: Block takes a Bf16Dst for a block's last K chunk (the AMX kernel stores
 // its tiles as fp32 and leaves the rounding to FinishGemm). kAPairs: a columnwise A is
 // packed as pair rows (PackATilePairColumnwise), and Block's `a_pairs` says so.
+template <class Tiles>
 struct AmxKernel {
   static constexpr bool kRoundsBf16 = false;
   static constexpr bool kAPairs = false;  // TDPBF16PS reads A's tiles as rows
-  static void Begin() { ConfigureTiles(); }
+  static void Begin() { Tiles::Configure(); }
   static void Block(const uint16_t* a, const uint16_t* b, int64_t kbs, int64_t kb0, int64_t kb1,
                     float* c, int64_t ldc, bool load_c, NextC next, int64_t /*rows*/,
                     Bf16Dst /*out16*/, bool /*a_pairs*/) {
-    AmxBlock(a, b, kbs, kb0, kb1, c, ldc, load_c, next);
+    AmxBlock<Tiles>(a, b, kbs, kb0, kb1, c, ldc, load_c, next);
   }
-  static void End() { ReleaseTiles(); }
+  static void End() { Tiles::Release(); }
 };
 
 // Whether DpBlock prefetches B's tiles into L1 as well as A's rows: on Intel CPUs, where
@@ -982,7 +1115,13 @@ void RunBf16Gemm(const GemmProblem& p, std::vector<uint8_t>& skipped) {
 void GemmAmx(const GemmProblem& p, std::vector<uint8_t>& skipped) {
   DCheckGemmProblem(p, skipped);
   MXTRAIN_DCHECK(AmxAvailable());
-  RunBf16Gemm<AmxKernel>(p, skipped);
+  RunBf16Gemm<AmxKernel<AmxTiles>>(p, skipped);
+}
+
+void GemmAmxEmulated(const GemmProblem& p, std::vector<uint8_t>& skipped) {
+  DCheckGemmProblem(p, skipped);
+  MXTRAIN_DCHECK(AmxEmulationAvailable());
+  RunBf16Gemm<AmxKernel<EmulatedAmxTiles>>(p, skipped);
 }
 
 void GemmAvx512Bf16(const GemmProblem& p, std::vector<uint8_t>& skipped) {

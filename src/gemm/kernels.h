@@ -105,6 +105,9 @@ void GemmPortable(const GemmProblem& p, std::vector<uint8_t>& skipped);
 void GemmSimd(const GemmProblem& p, std::vector<uint8_t>& skipped);
 // AMX-BF16; only called when AmxAvailable() (gemm/amx.h).
 void GemmAmx(const GemmProblem& p, std::vector<uint8_t>& skipped);
+// GemmAmx's driver, packs and microkernel on a model of the tile unit (EmulatedAmxTiles in
+// gemm_bf16.cc): for tests on CPUs without AMX; only called when AmxEmulationAvailable().
+void GemmAmxEmulated(const GemmProblem& p, std::vector<uint8_t>& skipped);
 // AVX512-BF16 (VDPBF16PS) on the same bf16 packing; only called when
 // Avx512Bf16Available() (gemm/amx.h).
 void GemmAvx512Bf16(const GemmProblem& p, std::vector<uint8_t>& skipped);
