@@ -89,6 +89,9 @@ template <int64_t kPw>
 constexpr int64_t kPanelFloats = kPanelPad + (kKc * kPw);
 // Columns per B panel: at most 4096 (4 MiB of fp32 at kKc = 256), so that it stays in L3.
 constexpr int64_t kNcMax = 4096;
+// The largest B (packed, all of K) that each thread of a split-rows GEMM packs for itself
+// (RunGemm's private_b).
+constexpr int64_t kPrivateBBytes = 512 << 10;
 
 // Columns of the register tile: 2 vectors (x86 vectors have a fixed width: MaxLanes is
 // Lanes).
@@ -776,13 +779,19 @@ void RunGemm(const GemmProblem& p, std::vector<uint8_t>& skipped) {
   const int64_t l2 = L2CacheBytes();
   const bool group_spills = chunk_bytes <= l2 && kChunkGroup * chunk_bytes > l2;
   const int64_t group = std::min(group_spills ? 1 : kChunkGroup, CeilDiv(s, kKc));
-  Tensor b_pack =
-      Tensor::Empty(DType::kF32, {group * b_chunk + kPackSpill}, MemoryCategory::kWorkspace);
-  float* bp = b_pack.mutable_data<float>();
-  MXTRAIN_DCHECK(reinterpret_cast<uintptr_t>(bp) % 64 == 0);  // micro-panels 64-aligned
   // Rows split between threads when each gets at least two micro-panels of rows; else the
   // threads split the column micro-panels of each block (each packs the A rows it needs).
   const bool split_rows = row_panels >= 2 * p.threads;
+  // With split rows and a small B, each thread packs all of B for itself, without
+  // barriers, rather than a share of one pack that every thread then reads (the bf16
+  // driver's rule, gemm_bf16.cc: a shared pack's lines are in the other core's cache when
+  // the next call writes them again).
+  const int64_t b_bytes =
+      col_panels * kPanelFloats<kNr> * CeilDiv(s, kKc) * static_cast<int64_t>(sizeof(float));
+  const bool private_b = split_rows && p.threads > 1 && b_bytes <= kPrivateBBytes;
+  Tensor b_pack = private_b ? Tensor()
+                            : Tensor::Empty(DType::kF32, {group * b_chunk + kPackSpill},
+                                            MemoryCategory::kWorkspace);
   // A bf16 result is rounded by the kernel from its C tiles' last K chunk (not on SCALAR,
   // whose MicroKernel has no vector rounding).
   const bool narrow = p.bf16_out != nullptr && HWY_TARGET != HWY_SCALAR;
@@ -795,6 +804,12 @@ void RunGemm(const GemmProblem& p, std::vector<uint8_t>& skipped) {
     Tensor a_pack =
         Tensor::Empty(DType::kF32, {group * a_chunk + kPackSpill}, MemoryCategory::kWorkspace);
     float* ap = a_pack.mutable_data<float>();
+    Tensor own_b =  // this thread's B (private_b)
+        private_b
+            ? Tensor::Empty(DType::kF32, {group * b_chunk + kPackSpill}, MemoryCategory::kWorkspace)
+            : Tensor();
+    float* bp = (private_b ? own_b : b_pack).mutable_data<float>();
+    MXTRAIN_DCHECK(reinterpret_cast<uintptr_t>(bp) % 64 == 0);  // micro-panels 64-aligned
     // One K step of the columnwise panels this thread packs (PackColumnwise).
     Tensor step = Tensor::Empty(
         DType::kF32,
@@ -811,6 +826,8 @@ void RunGemm(const GemmProblem& p, std::vector<uint8_t>& skipped) {
       const int64_t j0 = jc + my_cols.begin, j1 = jc + my_cols.end;
       const int64_t cp0 = split_rows ? jc : j0;
       const int64_t cp1 = split_rows ? jc_end : j1;
+      // The column micro-panels of B this thread packs: all of them where private_b.
+      const int64_t pj0 = private_b ? jc : j0, pj1 = private_b ? jc_end : j1;
       for (int64_t kg = 0; kg < s; kg += group * kKc) {
         const int64_t chunks = std::min(group, CeilDiv(s - kg, kKc));
         // Chunk g of the group: K [k0(g), k0(g) + kc(g)).
@@ -819,9 +836,13 @@ void RunGemm(const GemmProblem& p, std::vector<uint8_t>& skipped) {
         for (int64_t g = 0; g < chunks; ++g) {
           float* bg = bp + g * b_chunk;
           if (p.b.contract_rows) {
-            if (j0 < j1) {
-              PackColumnwise<kNr>(p.b, tb, j0 * nr, j1 - j0, k0(g), kc(g),
-                                  bg + (j0 - jc) * kPanelFloats<kNr>, step.mutable_data<float>());
+            if (pj0 < pj1) {
+              PackColumnwise<kNr>(p.b, tb, pj0 * nr, pj1 - pj0, k0(g), kc(g),
+                                  bg + (pj0 - jc) * kPanelFloats<kNr>, step.mutable_data<float>());
+            }
+          } else if (private_b) {
+            for (int64_t jp = jc; jp < jc_end; ++jp) {
+              PackPanel(p.b, tb, jp * nr, nr, k0(g), kc(g), bg + (jp - jc) * kPanelFloats<kNr>);
             }
           } else {
 #pragma omp for schedule(static) nowait
@@ -830,7 +851,9 @@ void RunGemm(const GemmProblem& p, std::vector<uint8_t>& skipped) {
             }
           }
         }
+        if (!private_b) {
 #pragma omp barrier
+        }
         for (int64_t ic = rp0; ic < rp1; ic += mc_panels) {
           const int64_t ic_end = std::min(rp1, ic + mc_panels);
           for (int64_t g = 0; g < chunks; ++g) {
@@ -865,7 +888,9 @@ void RunGemm(const GemmProblem& p, std::vector<uint8_t>& skipped) {
           }
         }
         // The next group's B pack overwrites this one.
+        if (!private_b) {
 #pragma omp barrier
+        }
       }
     }
   }
