@@ -1,0 +1,64 @@
+"""scripts/bench_targets.py's verdicts on made-up `bench` lines: a figure at or above its
+threshold holds, one below does not, and a class or case without figures is reported as not
+measured rather than as holding."""
+
+import importlib.util
+import pathlib
+
+SCRIPT = pathlib.Path(__file__).resolve().parents[2] / "scripts" / "bench_targets.py"
+spec = importlib.util.spec_from_file_location("bench_targets", SCRIPT)
+targets = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(targets)
+
+
+def gemm_line(case, gemm, gflops, ratio, kind="dense", vs_dense=None, peak_fraction=0.5):
+    return {"case": case, "gemm": gemm, "kind": kind, "gflops": gflops, "ratio": ratio,
+            "vs_dense": vs_dense, "peak_fraction": peak_fraction, "path": "simd-f32"}
+
+
+def fma_lines(fc2_wgrad_ratio=1.0, peak=0.9, vs_dense=0.95, wgrad_gflops=190.0):
+    lines = [gemm_line("smoke_fprop", "fprop", 10.0, 0.1),  # judged by no target
+             gemm_line("square_4096", "fprop", 200.0, 1.0, peak_fraction=peak)]
+    for layer in targets.LAYERS:
+        lines.append(gemm_line(f"layer_{layer}_fprop", "fprop", 200.0, 1.0))
+        ratio = fc2_wgrad_ratio if layer == "fc2" else 1.0
+        lines.append(gemm_line(f"layer_{layer}_wgrad", "wgrad", wgrad_gflops, ratio))
+    lines.append(gemm_line("moe_fc1_dgrad", "dgrad", 200.0, 1.0, "grouped", vs_dense))
+    return lines
+
+
+def verdicts(rows):
+    return {target: (figure, holds) for _, target, figure, holds in rows}
+
+
+def test_fma_targets_hold_at_their_thresholds_and_fail_below():
+    good = verdicts(targets.gemm_targets("fma-f32", fma_lines()))
+    assert [h for _, h in good.values()] == ["yes"] * 4
+    bad = verdicts(targets.gemm_targets(
+        "fma-f32", fma_lines(fc2_wgrad_ratio=0.94, peak=0.84, vs_dense=0.89, wgrad_gflops=170.0)))
+    assert [h for _, h in bad.values()] == ["NO"] * 4
+    ratio = bad["x oneDNN f32, every square/layer/MoE case >= 0.95"][0]
+    assert ratio.startswith("0.940 (layer_fc2_wgrad)"), ratio  # the smoke case's 0.1 ignored
+    # Exactly at a threshold holds.
+    edge = verdicts(targets.gemm_targets("fma-f32", fma_lines(fc2_wgrad_ratio=0.95, peak=0.85)))
+    assert edge["fraction of the FMA peak at 4096^3 >= 0.85"][1] == "yes"
+
+
+def test_missing_figures_are_not_measured():
+    rows = verdicts(targets.gemm_targets("amx-bf16", [gemm_line("layer_qkv_fprop", "fprop",
+                                                                  900.0, 1.6)]))
+    assert rows["x oneDNN bf16, every layer fprop >= 1.5"][1] == "yes"
+    assert rows["fraction of the AMX peak at 4096^3 >= 0.40"] == ("not measured", "-")
+    assert rows["grouped dgrad x its dense twin >= 0.9"] == ("not measured", "-")
+    assert targets.quantize_targets("native", [])[0][2:] == ("not measured", "-")
+
+
+def test_quantize_takes_the_lowest_run():
+    run = [{"case": "dual", "dtype": "f32", "ratio": 0.9},
+           {"case": "rowwise", "dtype": "bf16", "ratio": 1.1}]
+    worse = [{"case": "dual", "dtype": "f32", "ratio": 0.79},
+             {"case": "rowwise", "dtype": "bf16", "ratio": 1.2}]
+    (_, _, figure, holds), = targets.quantize_targets("native", [run, worse])
+    assert holds == "NO" and figure.startswith("0.790 (dual f32"), figure
+    (_, _, figure, holds), = targets.quantize_targets("native", [run])
+    assert holds == "yes" and figure.startswith("0.900"), figure
