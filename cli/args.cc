@@ -9,11 +9,8 @@
 #include <new>
 #include <stdexcept>
 #include <string>
-#include <vector>
 
 #include "mxtrain/error.h"
-#include "mxtrain/gemm.h"
-#include "mxtrain/testing.h"
 
 namespace mxtrain::cli {
 namespace {
@@ -198,20 +195,6 @@ int RunAbortingJobOnError(Communicator& world, const std::function<int()>& body)
     world.Abort(2);
   }
   return 2;  // not reached: Abort ends the process
-}
-
-std::string JoinedGemmPaths() {
-  std::string joined;
-  for (const std::string& p : AvailableGemmPaths()) joined += (joined.empty() ? "" : ", ") + p;
-  return joined;
-}
-
-void ForceGemmPathFlag(const std::string& path) {
-  // Checked here as well as by ForceGemmPath so that the message lists the choices.
-  const std::vector<std::string> paths = AvailableGemmPaths();
-  MXTRAIN_CHECK(std::find(paths.begin(), paths.end(), path) != paths.end(), "--path value '", path,
-                "' is not a GEMM path of this machine (", JoinedGemmPaths(), ")");
-  ForceGemmPath(path);
 }
 
 }  // namespace mxtrain::cli

@@ -62,12 +62,6 @@ double ParsePositiveDouble(std::string_view text, std::string_view what);
 // "MxK": two decimal integers in [1, max] joined by 'x' ("4096x1024").
 std::pair<int64_t, int64_t> ParseShape2(std::string_view text, std::string_view what, int64_t max);
 
-// The GEMM paths of this machine, best first, comma-separated (AvailableGemmPaths).
-std::string JoinedGemmPaths();
-// Forces the GEMM path of a --path flag: one of AvailableGemmPaths() (the emulated AMX path
-// that tests may force, testing.h, is not a user's choice); Error listing them otherwise.
-void ForceGemmPathFlag(const std::string& path);
-
 // Runs body and turns an Error (or any exception) into "mxtrain: error: <message>" on one
 // line of stderr and exit code 2.
 int RunReportingErrors(const std::function<int()>& body);

@@ -4,6 +4,7 @@
 //
 // The command only parses, checks what it can name by file (ranks, dtypes, shapes) before
 // any work, and calls the library; the library's own checks stay the authority.
+#include <algorithm>
 #include <cstdio>
 #include <initializer_list>
 #include <optional>
@@ -17,6 +18,7 @@
 #include "mxtrain/group_list.h"
 #include "mxtrain/npy.h"
 #include "mxtrain/quantize.h"
+#include "mxtrain/testing.h"
 
 namespace mxtrain::cli {
 namespace {
@@ -203,6 +205,20 @@ int RunGemm(const std::vector<std::string>& args) {
 
 int RunGroupedGemm(const std::vector<std::string>& args) {
   return RunReportingErrors([&] { return GroupedGemm(args); });
+}
+
+std::string JoinedGemmPaths() {
+  std::string joined;
+  for (const std::string& p : AvailableGemmPaths()) joined += (joined.empty() ? "" : ", ") + p;
+  return joined;
+}
+
+void ForceGemmPathFlag(const std::string& path) {
+  // Checked here as well as by ForceGemmPath so that the message lists the choices.
+  const std::vector<std::string> paths = AvailableGemmPaths();
+  MXTRAIN_CHECK(std::find(paths.begin(), paths.end(), path) != paths.end(), "--path value '", path,
+                "' is not a GEMM path of this machine (", JoinedGemmPaths(), ")");
+  ForceGemmPath(path);
 }
 
 }  // namespace mxtrain::cli

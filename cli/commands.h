@@ -16,4 +16,11 @@ int RunBench(const std::vector<std::string>& args);
 int RunDemo(const std::vector<std::string>& args);
 int RunTrain(const std::vector<std::string>& args);
 
+// For the commands with a --path flag (gemm, grouped-gemm, bench gemm; cmd_gemm.cc): the
+// GEMM paths of this machine, best first, comma-separated (AvailableGemmPaths), and the
+// flag's forcing: one of those paths (the emulated AMX path that tests may force,
+// testing.h, is not a user's choice), or an Error that lists them.
+std::string JoinedGemmPaths();
+void ForceGemmPathFlag(const std::string& path);
+
 }  // namespace mxtrain::cli

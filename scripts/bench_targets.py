@@ -4,7 +4,8 @@
 Runs `mxtrain bench gemm` once per CPU class this machine can run (natively, and as the
 smaller classes: `MXTRAIN_MAX_GEMM_PATH=avx512-bf16`, and the AVX2 caps of the test
 command for the FMA-only class), `mxtrain bench quantize` at 4096 x 4096 on 2 threads a few
-times natively and under the caps, and prints one table: each target, the figure it is
+times natively and under the caps, `mxtrain bench train` under the caps (the FMA-only
+class's training step, MXFP8 against bf16), and prints one table: each target, the figure it is
 judged on, and whether it holds. The targets and why they are what they are:
 docs/benchmarks.md ("Targets"). Every figure is a ratio measured in the same run as its
 baseline (oneDNN's matmul, the unit's peak loop, the dense twin, the memcpy-style pass), so
@@ -35,6 +36,10 @@ GEMM_RUNS = [
     ("fma-f32", CAPS, "simd-f32"),
 ]
 QUANTIZE_RUNS = [("native", {}), ("avx2-caps", CAPS)]
+# `bench train` (the main job's model, runs stepped in turn) for the FMA-only class, where
+# an MXFP8 step and a bf16 step both run on fp32 FMA.
+TRAIN_RUNS = [("fma-f32", CAPS)]
+TRAIN_ARGS = ["train", "--runs", "bf16,mxfp8-quantized,mxfp8-deferred", "--rounds", "20"]
 QUANTIZE_REPEATS = 3
 # The cases the GEMM targets are about (the smoke and the main job's `train_` cases are
 # reported by the bench but judged by no target).
@@ -121,6 +126,16 @@ def quantize_targets(label, runs):
              "yes" if value >= 0.8 else "NO")]
 
 
+def train_targets(cls, lines):
+    """Rows for `bench train` lines: every MXFP8 run's step no slower than bf16's."""
+    mx = [(line["ratio"], line["run"]) for line in lines if line["run"].startswith("mxfp8")]
+    target = "MXFP8 step / bf16 step, median per round, <= 1.0"
+    if not mx:
+        return [(cls, target, "not measured", "-")]
+    value, run = max(mx)
+    return [(cls, target, f"{value:.3f} ({run})", "yes" if value <= 1.0 else "NO")]
+
+
 def run_bench(cli, args, env, save, name):
     full_env = dict(os.environ, **env)
     out = subprocess.run([cli, "bench", *args], env=full_env, check=True, text=True,
@@ -172,6 +187,14 @@ def main():
         ran = {line["path"] for line in lines}
         assert ran == {path}, f"{name}: ran {ran}, expected {path}"
         rows += gemm_targets(cls, lines)
+    for cls, env in TRAIN_RUNS:
+        name = "train-" + cls
+        if args.load:
+            lines = load(args.load, name)
+        else:
+            print(f"# bench train as {cls} ...", file=sys.stderr)
+            lines = run_bench(args.cli, TRAIN_ARGS, env, args.save, name)
+        rows += train_targets(cls, lines or [])
     for label, env in QUANTIZE_RUNS:
         runs = []
         for i in range(QUANTIZE_REPEATS):

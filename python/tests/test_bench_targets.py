@@ -62,3 +62,13 @@ def test_quantize_takes_the_lowest_run():
     assert holds == "NO" and figure.startswith("0.790 (dual f32"), figure
     (_, _, figure, holds), = targets.quantize_targets("native", [run])
     assert holds == "yes" and figure.startswith("0.900"), figure
+
+
+def test_train_takes_the_slowest_mxfp8_run():
+    lines = [{"run": "bf16", "ratio": 1.0}, {"run": "mxfp8-quantized", "ratio": 0.9},
+             {"run": "mxfp8-deferred", "ratio": 1.01}]
+    (_, _, figure, holds), = targets.train_targets("fma-f32", lines)
+    assert holds == "NO" and figure == "1.010 (mxfp8-deferred)", figure
+    (_, _, figure, holds), = targets.train_targets("fma-f32", lines[:2])
+    assert holds == "yes" and figure == "0.900 (mxfp8-quantized)", figure
+    assert targets.train_targets("fma-f32", [])[0][2:] == ("not measured", "-")
