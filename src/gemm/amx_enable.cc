@@ -21,6 +21,13 @@ bool CheckAndRequest() {
   return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
 }
 
+// AVX512F and AVX512BW on the CPU, and no SIMD cap below AVX-512 (simd.h): what the bf16
+// packs need. __builtin_cpu_supports also checks that the OS saves the zmm state (XCR0).
+bool Avx512BwAllowed() {
+  return SimdCapAllows(HWY_AVX3) && __builtin_cpu_supports("avx512f") &&
+         __builtin_cpu_supports("avx512bw");
+}
+
 }  // namespace
 
 // Both units need AVX-512 around them, so a process capped below Highway's AVX3 target
@@ -31,17 +38,12 @@ bool AmxAvailable() {
 }
 
 bool AmxEmulationAvailable() {
-  static const bool available = SimdCapAllows(HWY_AVX3) && !AmxAvailable() &&
-                                __builtin_cpu_supports("avx512f") &&
-                                __builtin_cpu_supports("avx512bw");
+  static const bool available = Avx512BwAllowed() && !AmxAvailable();
   return available;
 }
 
 bool Avx512Bf16Available() {
-  // __builtin_cpu_supports also checks that the OS saves the zmm state (XCR0).
-  static const bool available = SimdCapAllows(HWY_AVX3) && __builtin_cpu_supports("avx512f") &&
-                                __builtin_cpu_supports("avx512bw") &&
-                                __builtin_cpu_supports("avx512bf16");
+  static const bool available = Avx512BwAllowed() && __builtin_cpu_supports("avx512bf16");
   return available;
 }
 

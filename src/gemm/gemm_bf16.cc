@@ -51,8 +51,6 @@ constexpr int64_t kBudgetBytes = 1 << 20;
 // Packs of at most this much a thread (its rows of A, and all of B) are written inside the
 // compute region with ordinary stores (RunBf16Gemm); larger ones first, streamed.
 constexpr int64_t kInRegionBytes = 1 << 20;
-// The largest B that each thread of a split-rows GEMM packs for itself (RunBf16Gemm).
-constexpr int64_t kPrivateBBytes = 512 << 10;
 
 // bf16 bits of every element code, unscaled (E4M3 and E5M2 values are normal in bf16).
 // `finite_max`: the largest magnitude code of a finite value (E4M3 0x7E, E5M2 0x7B).
@@ -818,13 +816,9 @@ void RunBf16Gemm(const GemmProblem& p, std::vector<uint8_t>& skipped) {
   const int64_t b_bytes = cols_pad * kbs * 32 * static_cast<int64_t>(sizeof(uint16_t));
   const bool in_region = split_rows ? a_bytes / p.threads + b_bytes <= kInRegionBytes
                                     : p.threads == 1 && a_bytes <= kInRegionBytes;
-  // There each thread packs all of B for itself when its copy is small, rather than a share
-  // of one pack that every thread then reads: a shared pack's lines, read by the other
-  // thread, are in its cache when the next call writes them again, and every store then
-  // waits for them (a 128 x 128 wgrad over 1024 tokens: its B pack took six times as long
-  // on two threads as on one, and two threads ran it 1.1x as fast as one). A thread's own A
-  // rows and B need no barrier.
-  const bool private_b = split_rows && in_region && b_bytes <= kPrivateBBytes;
+  // There each thread packs all of B for itself when its copy is small (kPrivateBPackBytes,
+  // kernels.h); a thread's own A rows and B need no barrier.
+  const bool private_b = split_rows && in_region && b_bytes <= kPrivateBPackBytes;
   const Bf16Table& a_table = Bf16TableOf(p.a.format);
   const bool a_pairs = Kernel::kAPairs && p.a.contract_rows;
   Tensor a_pack = in_region ? EmptyTiles(rows_pad / 16, kbs)

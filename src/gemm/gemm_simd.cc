@@ -89,9 +89,6 @@ template <int64_t kPw>
 constexpr int64_t kPanelFloats = kPanelPad + (kKc * kPw);
 // Columns per B panel: at most 4096 (4 MiB of fp32 at kKc = 256), so that it stays in L3.
 constexpr int64_t kNcMax = 4096;
-// The largest B (packed, all of K) that each thread of a split-rows GEMM packs for itself
-// (RunGemm's private_b).
-constexpr int64_t kPrivateBBytes = 512 << 10;
 
 // Columns of the register tile: 2 vectors (x86 vectors have a fixed width: MaxLanes is
 // Lanes).
@@ -783,12 +780,10 @@ void RunGemm(const GemmProblem& p, std::vector<uint8_t>& skipped) {
   // threads split the column micro-panels of each block (each packs the A rows it needs).
   const bool split_rows = row_panels >= 2 * p.threads;
   // With split rows and a small B, each thread packs all of B for itself, without
-  // barriers, rather than a share of one pack that every thread then reads (the bf16
-  // driver's rule, gemm_bf16.cc: a shared pack's lines are in the other core's cache when
-  // the next call writes them again).
+  // barriers (kPrivateBPackBytes, kernels.h).
   const int64_t b_bytes =
       col_panels * kPanelFloats<kNr> * CeilDiv(s, kKc) * static_cast<int64_t>(sizeof(float));
-  const bool private_b = split_rows && p.threads > 1 && b_bytes <= kPrivateBBytes;
+  const bool private_b = split_rows && p.threads > 1 && b_bytes <= kPrivateBPackBytes;
   Tensor b_pack = private_b ? Tensor()
                             : Tensor::Empty(DType::kF32, {group * b_chunk + kPackSpill},
                                             MemoryCategory::kWorkspace);
@@ -820,8 +815,8 @@ void RunGemm(const GemmProblem& p, std::vector<uint8_t>& skipped) {
     const int64_t rp1 = split_rows ? my_rows.end : row_panels;
     for (int64_t jc = 0; jc < col_panels; jc += nc_panels) {
       const int64_t jc_end = std::min(col_panels, jc + nc_panels);
-      // This thread's share of the block's column micro-panels: the columnwise B panel it
-      // packs, and the columns it computes when the threads split the columns.
+      // This thread's share of the block's column micro-panels: the B panels it packs
+      // (unless private_b), and the columns it computes when the threads split the columns.
       const ThreadShare my_cols(jc_end - jc);
       const int64_t j0 = jc + my_cols.begin, j1 = jc + my_cols.end;
       const int64_t cp0 = split_rows ? jc : j0;
@@ -840,13 +835,8 @@ void RunGemm(const GemmProblem& p, std::vector<uint8_t>& skipped) {
               PackColumnwise<kNr>(p.b, tb, pj0 * nr, pj1 - pj0, k0(g), kc(g),
                                   bg + (pj0 - jc) * kPanelFloats<kNr>, step.mutable_data<float>());
             }
-          } else if (private_b) {
-            for (int64_t jp = jc; jp < jc_end; ++jp) {
-              PackPanel(p.b, tb, jp * nr, nr, k0(g), kc(g), bg + (jp - jc) * kPanelFloats<kNr>);
-            }
           } else {
-#pragma omp for schedule(static) nowait
-            for (int64_t jp = jc; jp < jc_end; ++jp) {
+            for (int64_t jp = pj0; jp < pj1; ++jp) {
               PackPanel(p.b, tb, jp * nr, nr, k0(g), kc(g), bg + (jp - jc) * kPanelFloats<kNr>);
             }
           }

@@ -28,6 +28,14 @@ Tensor FinishGemm(Tensor c32, const GemmOptions& o, int threads);
 
 inline constexpr int64_t kGemmTile = 16;
 
+// The largest packed B that each thread of a GEMM whose threads split C's rows packs whole
+// for itself (gemm_bf16.cc and gemm_simd.cc), rather than a share of one pack that every
+// thread then reads: a shared pack's lines, read by the other thread, are in its cache when
+// the next call writes them again, and every store then waits for them (a 128 x 128 wgrad
+// over 1024 tokens: its bf16 B pack took six times as long on two threads as on one, and
+// two threads ran it 1.1x as fast as one). Own copies also need no barrier.
+inline constexpr int64_t kPrivateBPackBytes = 512 << 10;
+
 // A bf16 result a kernel may write in place of C's final fp32 values: C + bias rounded
 // once (FinishGemm's rounding), for every tile it computes, leaving those tiles of C
 // unwritten; it sets `written` when it did. The driver rounds the tiles the kernel skipped.
@@ -105,8 +113,9 @@ void GemmPortable(const GemmProblem& p, std::vector<uint8_t>& skipped);
 void GemmSimd(const GemmProblem& p, std::vector<uint8_t>& skipped);
 // AMX-BF16; only called when AmxAvailable() (gemm/amx.h).
 void GemmAmx(const GemmProblem& p, std::vector<uint8_t>& skipped);
-// GemmAmx's driver, packs and microkernel on a model of the tile unit (EmulatedAmxTiles in
-// gemm_bf16.cc): for tests on CPUs without AMX; only called when AmxEmulationAvailable().
+// GemmAmx's driver, packs and microkernel on a model of the tile unit (EmulatedAmxTiles,
+// gemm/amx_tiles.h): for tests on CPUs without AMX; only called when
+// AmxEmulationAvailable().
 void GemmAmxEmulated(const GemmProblem& p, std::vector<uint8_t>& skipped);
 // AVX512-BF16 (VDPBF16PS) on the same bf16 packing; only called when
 // Avx512Bf16Available() (gemm/amx.h).
