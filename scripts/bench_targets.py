@@ -41,6 +41,7 @@ QUANTIZE_RUNS = [("native", {}), ("avx2-caps", CAPS)]
 TRAIN_RUNS = [("fma-f32", CAPS)]
 TRAIN_ARGS = ["train", "--runs", "bf16,mxfp8-quantized,mxfp8-deferred", "--rounds", "20"]
 QUANTIZE_REPEATS = 3
+QUANTIZE_ARGS = ["quantize", "--shape", "4096x4096", "--threads", "2", "--reps", "15"]
 # The cases the GEMM targets are about (the smoke and the main job's `train_` cases are
 # reported by the bench but judged by no target).
 FAMILIES = ("square_4096", "layer_", "moe_")
@@ -164,6 +165,13 @@ def main():
     if args.save:
         os.makedirs(args.save, exist_ok=True)
 
+    def lines_of(name, bench_args, env):
+        """The JSON lines of run `name`: saved ones (--load), or a run of `mxtrain bench`."""
+        if args.load:
+            return load(args.load, name)
+        print(f"# bench {name} ...", file=sys.stderr)
+        return run_bench(args.cli, bench_args, env, args.save, name)
+
     rows = []
     paths = []
     if not args.load:
@@ -173,13 +181,9 @@ def main():
                      if line.startswith("gemm paths:"))
     for cls, env, path in GEMM_RUNS:
         name = "gemm-" + cls
-        if args.load:
-            lines = load(args.load, name)
-        elif path in paths:
-            print(f"# bench gemm as {cls} ...", file=sys.stderr)
-            lines = run_bench(args.cli, ["gemm", "--reps", "3"], env, args.save, name)
-        else:
-            lines = None
+        lines = None
+        if args.load or path in paths:
+            lines = lines_of(name, ["gemm", "--reps", "3"], env)
         if lines is None:
             rows.append((cls, "(every target of the class)", "not measured: no such unit here",
                          "-"))
@@ -188,23 +192,11 @@ def main():
         assert ran == {path}, f"{name}: ran {ran}, expected {path}"
         rows += gemm_targets(cls, lines)
     for cls, env in TRAIN_RUNS:
-        name = "train-" + cls
-        if args.load:
-            lines = load(args.load, name)
-        else:
-            print(f"# bench train as {cls} ...", file=sys.stderr)
-            lines = run_bench(args.cli, TRAIN_ARGS, env, args.save, name)
-        rows += train_targets(cls, lines or [])
+        rows += train_targets(cls, lines_of("train-" + cls, TRAIN_ARGS, env) or [])
     for label, env in QUANTIZE_RUNS:
         runs = []
         for i in range(QUANTIZE_REPEATS):
-            name = f"quantize-{label}-{i}"
-            if args.load:
-                lines = load(args.load, name)
-            else:
-                print(f"# bench quantize ({label}) {i + 1}/{QUANTIZE_REPEATS} ...", file=sys.stderr)
-                lines = run_bench(args.cli, ["quantize", "--shape", "4096x4096", "--threads", "2",
-                                             "--reps", "15"], env, args.save, name)
+            lines = lines_of(f"quantize-{label}-{i}", QUANTIZE_ARGS, env)
             if lines:
                 runs.append(lines)
         rows += quantize_targets(label, runs)
