@@ -25,6 +25,7 @@ ones instead of running anything. Exit code 0 whatever the verdicts (it is a rep
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 
@@ -58,12 +59,6 @@ def judged(line):
     return line["case"].startswith(FAMILIES)
 
 
-def median(values):
-    values = sorted(values)
-    mid = len(values) // 2
-    return values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
-
-
 class Figure:
     """A target's figure over repeated runs: per place (a case, a layer, a run of the
     quantizer) the median over the runs that measured it; `judged` is the worst place's
@@ -82,7 +77,7 @@ class Figure:
 
     def judged(self):
         """(worst median, its place)."""
-        medians = [(self.sign * median(v), place) for place, v in self.by_place.items()]
+        medians = [(self.sign * statistics.median(v), place) for place, v in self.by_place.items()]
         value, place = min(medians)
         return self.sign * value, place
 
@@ -105,9 +100,9 @@ def row_of(cls, target, figure, threshold, show_place=True):
         value, place = found
         return f"{value:.3f} ({place})" if show_place and place else f"{value:.3f}"
 
-    value, _ = figure.judged()
-    holds = value >= threshold if figure.sign > 0 else value <= threshold
-    judged = text(figure.judged()) + f", median of {figure.runs()}"
+    found = figure.judged()
+    holds = found[0] >= threshold if figure.sign > 0 else found[0] <= threshold
+    judged = text(found) + f", median of {figure.runs()}"
     return (cls, target, judged, text(figure.worst()), "yes" if holds else "NO")
 
 
@@ -225,6 +220,7 @@ def main():
                                  stdout=subprocess.PIPE).stdout
         paths = next(line.split(":", 1)[1].split() for line in listing.splitlines()
                      if line.startswith("gemm paths:"))
+
     def runs_of(name, repeats, bench_args, env):
         """The runs `name-0` .. `name-(repeats-1)` that exist (--load) or were made."""
         runs = (lines_of(f"{name}-{i}", bench_args, env) for i in range(repeats))
